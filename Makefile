@@ -1,0 +1,40 @@
+# warpSPHCore developer commands. `make demo` and `make test` are the two entry points the
+# README promises; both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-all bench lint gpu-check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first: the CPU wheel on disk satisfies the pin; a bare requirement would pull CUDA.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/warpsph demo
+
+# Exit code 5 (no tests collected) is a failure, never success.
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m ""
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+
+# For a lent CUDA machine: CUDA-marked tests and the benchmarks on cuda:0, as one script.
+gpu-check:
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf $(VENV) warpsph-out .pytest_cache

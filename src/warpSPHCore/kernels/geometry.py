@@ -1,0 +1,99 @@
+"""Pair geometry shared by the neighbour search and every operator kernel.
+
+* `computeDistanceVec`: the minimum-image pair vector x_ij (`operators.md` §8.2).
+* `checkDirectionality_i` / `checkDirectionality_j`: the kind tests of `operators.md` §6.
+
+One definition each; the search, the brute-force reference (`neighborhood/bruteForce.py`
+implements the same arithmetic in torch for testing) and the operators share them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+__all__ = [
+    "wrapCoordinate",
+    "minimumImage",
+    "computeDistanceVec",
+    "checkDirectionality_i",
+    "checkDirectionality_j",
+]
+
+
+@wp.func
+def wrapCoordinate(x: Any, lo: Any, extent: Any):
+    """Wrap x into [lo, lo + extent): p = x - L floor((x - lo) / L)."""
+    return x - extent * wp.floor((x - lo) / extent)
+
+
+@wp.func
+def minimumImage(xi: Any, xj: Any, lo: Any, hi: Any, periodic: wp.bool):
+    """Minimum-image difference of one coordinate (plain difference when not periodic).
+
+    The wrap is piecewise constant, so the derivative is d(x_i) - d(x_j) (the floor terms
+    have zero adjoint).
+    """
+    delta = xi - xj
+    if periodic:
+        extent = hi - lo
+        half = extent * type(xi)(0.5)
+        pi = wrapCoordinate(xi, lo, extent)
+        pj = wrapCoordinate(xj, lo, extent)
+        d = pi - pj
+        delta = (d + half) - extent * wp.floor((d + half) / extent) - half
+    return delta
+
+
+@wp.func
+def computeDistanceVec(
+    xi: Any,
+    xj: Any,
+    domainMin: wp.array(dtype=Any),
+    domainMax: wp.array(dtype=Any),
+    periodicity: wp.array(dtype=wp.bool),
+    dim: wp.int32,
+):
+    """x_ij = x_i - x_j, per axis the minimum image on periodic axes.
+
+    `xi`, `xj`: vectors of length `dim`; the domain arrays have length `dim`.
+    """
+    res = xi - xj
+    for k in range(dim):
+        res[k] = minimumImage(xi[k], xj[k], domainMin[k], domainMax[k], periodicity[k])
+    return res
+
+
+@wp.func
+def checkDirectionality_i(mode: wp.int32, kind: wp.int32):
+    """True iff a query of `kind` is allowed under `operationMode` `mode` (table §6)."""
+    ok = False
+    if mode == 0 or mode == 9:
+        ok = True
+    elif mode == 1 or mode == 3 or mode == 6 or mode == 11:
+        ok = kind == 0
+    elif mode == 2 or mode == 4 or mode == 8 or mode == 12:
+        ok = kind == 1
+    elif mode == 5 or mode == 7 or mode == 10:
+        ok = kind == 2
+    elif mode == 13 or mode == 14:
+        ok = kind != 2
+    return ok
+
+
+@wp.func
+def checkDirectionality_j(mode: wp.int32, kind: wp.int32):
+    """True iff a reference of `kind` contributes under `operationMode` `mode` (table §6)."""
+    ok = False
+    if mode == 0:
+        ok = True
+    elif mode == 1 or mode == 2 or mode == 5 or mode == 13:
+        ok = kind == 0
+    elif mode == 3 or mode == 4 or mode == 7 or mode == 14:
+        ok = kind == 1
+    elif mode == 6 or mode == 8:
+        ok = kind == 2
+    elif mode == 9 or mode == 10 or mode == 11 or mode == 12:
+        ok = kind != 2
+    return ok

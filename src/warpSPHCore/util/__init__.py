@@ -1,0 +1,1 @@
+"""Internal utilities (precision helpers, Warp initialisation, launch helpers)."""
