@@ -1,0 +1,45 @@
+"""Shared fixtures: every test takes a device (cpu, and cuda:0 when available) and both
+precisions run in the same process (difference a)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from warpSPHCore.util.warpContext import ensureWarp
+
+ensureWarp()
+
+DEVICES = ["cpu"]
+if torch.cuda.is_available():
+    DEVICES.append("cuda:0")
+
+
+def _device_params():
+    params = [pytest.param("cpu", id="cpu")]
+    params.append(
+        pytest.param(
+            "cuda:0",
+            id="cuda_0",
+            marks=[
+                pytest.mark.cuda,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+            ],
+        )
+    )
+    return params
+
+
+@pytest.fixture(params=_device_params())
+def device(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=[torch.float32, torch.float64], ids=["f32", "f64"])
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["1d", "2d", "3d"])
+def dim(request):
+    return request.param
