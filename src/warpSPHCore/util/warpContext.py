@@ -17,8 +17,11 @@ __all__ = ["ensureWarp", "warpDevice", "warpStream", "launch"]
 
 @functools.cache
 def ensureWarp() -> None:
-    """Initialise Warp once, quietly unless WARPSPHCORE_VERBOSE_WARP=1."""
+    """Initialise Warp once, quietly (greeting and module-load lines off) unless
+    WARPSPHCORE_VERBOSE_WARP=1."""
     if os.environ.get("WARPSPHCORE_VERBOSE_WARP", "0") != "1":
+        if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
+            wp.config.log_level = wp.LOG_WARNING
         wp.config.quiet = True
     wp.init()
 
