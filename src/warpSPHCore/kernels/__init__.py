@@ -1,0 +1,105 @@
+"""Smoothing kernels: Warp-level shape functions, per-pair quantities and support schemes.
+
+Warp functions (usable inside user kernels; `kernels.md` §8):
+
+* `shapes`: `sphShape` (k, k', k'', k''') and the float64 metadata functions
+  `sphKernelC_d_warp`, `sphKernelScale_warp`, `packingRatio_warp`, `sphKernel_xi_warp`,
+  `sphKernelN_H_warp`.
+* `evaluation`: single-support W, grad W (custom adjoint), dW/dh, d(grad W)/dh (custom
+  adjoint), Hessian and its derivatives, kernel Laplacian and its derivatives, JVP helpers.
+* `support`: `computePairwiseSupport` and the `_ij` pairwise variants of `kernels.md` §6.
+* `geometry`: `computeDistanceVec`, `checkDirectionality_i`, `checkDirectionality_j`.
+
+All per-pair quantities are unnormalised (N = 1); lattice calibration multiplies them by N
+in the operator code.
+"""
+
+from .evaluation import (
+    sphGradientD2kDh2,
+    sphGradientDkDh,
+    sphKernel,
+    sphKernelDkDh,
+    sphKernelEps,
+    sphKernelGradient,
+    sphKernelGradientJVP,
+    sphKernelHessian,
+    sphKernelHessianDkDh,
+    sphKernelHessianJVP,
+    sphKernelJVP,
+    sphKernelLaplacian,
+    sphKernelLaplacianDkDh,
+    sphKernelLaplacianGradient,
+    sphKernelLaplacianJVP,
+    sphKernelThirdDerivative,
+    sphKernelThirdDerivativeContract,
+)
+from .geometry import checkDirectionality_i, checkDirectionality_j, computeDistanceVec
+from .shapes import (
+    packingRatio_warp,
+    sphKernel_xi_warp,
+    sphKernelC_d_warp,
+    sphKernelN_H_warp,
+    sphKernelScale_warp,
+    sphShape,
+)
+from .support import (
+    computePairwiseSupport,
+    computePairwiseSupportJVP,
+    sphGradientDkDh_ij,
+    sphKernel_ij,
+    sphKernelDkDh_ij,
+    sphKernelGradient_ij,
+    sphKernelGradientJVP_ij,
+    sphKernelHessian_ij,
+    sphKernelJVP_ij,
+    sphKernelLaplacian_ij,
+    sphKernelLaplacianDkDh_ij,
+    sphKernelLaplacianGradient_ij,
+    sphKernelLaplacianJVP_ij,
+)
+
+__all__ = [
+    # shapes and metadata
+    "sphShape",
+    "sphKernelC_d_warp",
+    "sphKernelScale_warp",
+    "packingRatio_warp",
+    "sphKernel_xi_warp",
+    "sphKernelN_H_warp",
+    # single support
+    "sphKernelEps",
+    "sphKernel",
+    "sphKernelGradient",
+    "sphKernelDkDh",
+    "sphGradientDkDh",
+    "sphGradientD2kDh2",
+    "sphKernelHessian",
+    "sphKernelHessianDkDh",
+    "sphKernelThirdDerivative",
+    "sphKernelThirdDerivativeContract",
+    "sphKernelHessianJVP",
+    "sphKernelLaplacian",
+    "sphKernelLaplacianGradient",
+    "sphKernelLaplacianDkDh",
+    "sphKernelLaplacianJVP",
+    "sphKernelJVP",
+    "sphKernelGradientJVP",
+    # pairwise
+    "computePairwiseSupport",
+    "computePairwiseSupportJVP",
+    "sphKernel_ij",
+    "sphKernelGradient_ij",
+    "sphKernelJVP_ij",
+    "sphKernelGradientJVP_ij",
+    "sphKernelDkDh_ij",
+    "sphGradientDkDh_ij",
+    "sphKernelHessian_ij",
+    "sphKernelLaplacian_ij",
+    "sphKernelLaplacianGradient_ij",
+    "sphKernelLaplacianDkDh_ij",
+    "sphKernelLaplacianJVP_ij",
+    # geometry
+    "computeDistanceVec",
+    "checkDirectionality_i",
+    "checkDirectionality_j",
+]
