@@ -12,8 +12,16 @@ Warp functions (usable inside user kernels; `kernels.md` §8):
 
 All per-pair quantities are unnormalised (N = 1); lattice calibration multiplies them by N
 in the operator code.
+
+Host functions (float64, no device work):
+
+* `metadata`: `sphKernelC_d`, `sphKernelScale`, `packingRatio`, `sphKernel_xi`,
+  `sphKernelN_H`, `volumeToSupport`, `volumeToSupport_tensor`, `n_h_to_nH`, `nH_to_n_h`.
+* `lattice`: `latticeDensity` and its methods, `latticeDensityFactor`, helpers.
+* `densityCorrection`: `applyDensityCorrection`, `selfTermW0`, `densityCorrectionConstants`.
 """
 
+from .densityCorrection import applyDensityCorrection, densityCorrectionConstants, selfTermW0
 from .evaluation import (
     sphGradientD2kDh2,
     sphGradientDkDh,
@@ -34,6 +42,29 @@ from .evaluation import (
     sphKernelThirdDerivativeContract,
 )
 from .geometry import checkDirectionality_i, checkDirectionality_j, computeDistanceVec
+from .lattice import (
+    epsteinZeta,
+    jacobiR2,
+    kernelFourierTransform,
+    latticeDensity,
+    latticeDensityClosed,
+    latticeDensityFactor,
+    latticeDensityFourier,
+    latticeDensityIsStrictlyAbove1,
+    latticeDensityShells,
+    shellCounts,
+)
+from .metadata import (
+    n_h_to_nH,
+    nH_to_n_h,
+    packingRatio,
+    sphKernel_xi,
+    sphKernelC_d,
+    sphKernelN_H,
+    sphKernelScale,
+    volumeToSupport,
+    volumeToSupport_tensor,
+)
 from .shapes import (
     packingRatio_warp,
     sphKernel_xi_warp,
@@ -59,6 +90,30 @@ from .support import (
 )
 
 __all__ = [
+    # host metadata
+    "sphKernelC_d",
+    "sphKernelScale",
+    "packingRatio",
+    "sphKernel_xi",
+    "sphKernelN_H",
+    "volumeToSupport",
+    "volumeToSupport_tensor",
+    "n_h_to_nH",
+    "nH_to_n_h",
+    # lattice calibration and density correction
+    "latticeDensity",
+    "latticeDensityFactor",
+    "latticeDensityShells",
+    "latticeDensityFourier",
+    "latticeDensityClosed",
+    "latticeDensityIsStrictlyAbove1",
+    "kernelFourierTransform",
+    "epsteinZeta",
+    "shellCounts",
+    "jacobiR2",
+    "applyDensityCorrection",
+    "selfTermW0",
+    "densityCorrectionConstants",
     # shapes and metadata
     "sphShape",
     "sphKernelC_d_warp",
