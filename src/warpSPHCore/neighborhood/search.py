@@ -1,0 +1,223 @@
+"""Compact-hash radius search: count pass, device scan, ONE readback, collect pass (§5)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..dataTypes.adjacency import AdjacencyList
+from ..dataTypes.compactHashMap import CompactHashMap
+from ..enumTypes import HashMapLengthMode, SupportScheme
+from ..util.conversion import toWarp
+from ..util.precision import warpVector
+from ..util.warpContext import launch
+from . import _kernels
+from ._inputs import (
+    SearchInputs,
+    checkHashMapLength,
+    domainTensors,
+    lengthForMode,
+    modeUint,
+    particleTensors,
+    prepareInputs,
+)
+from .flags import raiseForFlags, readback
+from .grid import _gridStruct, buildGrid
+
+__all__ = [
+    "MAX_EDGES",
+    "radiusSearchCompactHashMap",
+    "radiusSearchCompactHashMap_",
+    "searchInputs",
+    "finishCSR",
+]
+
+#: Largest edge count an int32-offset CSR list can hold. Tests lower it to exercise the check.
+MAX_EDGES = 2**31 - 1
+
+#: CPU count pass for a query set that IS the reference set: one thread per occupied cell
+#: shares the stencil lookups between the cell's queries (Warp's CPU backend runs threads
+#: sequentially, so nothing is lost; on CUDA one thread per query keeps the GPU busy).
+CELL_MAJOR_CPU = True
+#: Collect-pass slot cache (CPU only): rows with at most this many neighbours are copied from
+#: what the count pass accepted instead of re-traversed (the order is the same). 0 disables.
+SLOT_CACHE_CAPACITY = 64
+#: Upper bound of the cache size in int32 entries (the capacity shrinks for large N_q).
+SLOT_CACHE_MAX_ENTRIES = 2**23
+
+_OVERFLOW_MESSAGE = ("edge count exceeds int32 CSR offsets; split the query set "
+                     "(E = {E}, limit = {limit})")
+
+
+def _empty(n: int, dtype, device) -> torch.Tensor:
+    return torch.empty(n, dtype=dtype, device=device)
+
+
+def _cacheCapacity(device: torch.device, numQueries: int) -> int:
+    """Slot-cache capacity per row: CPU only (on CUDA the second traversal is cheap and the
+    cache would cost memory bandwidth); shrinks so the cache stays below the entry budget."""
+    if device.type != "cpu" or SLOT_CACHE_CAPACITY <= 0 or numQueries == 0:
+        return 0
+    cap = min(SLOT_CACHE_CAPACITY, SLOT_CACHE_MAX_ENTRIES // numQueries)
+    return cap if cap >= 8 else 0
+
+
+def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased: bool,
+              modeName: str):
+    """Scan the int32 row counts on the device, then THE single readback (edge total + flags),
+    then the host checks. Returns ``(E, edgeOffsets int32)``."""
+    if counts.shape[0] > 0:
+        counts64 = counts.to(torch.int64)
+        csum = torch.cumsum(counts64, 0)
+        total = csum[-1:]
+        offsets64 = csum - counts64
+    else:
+        total = torch.zeros(1, dtype=torch.int64, device=counts.device)
+        offsets64 = torch.zeros(0, dtype=torch.int64, device=counts.device)
+    E, flagValue, h, lo, hi = readback(total, flags, hMax, dMin, dMax)
+    raiseForFlags(where, flagValue, h, lo, hi, aliased=aliased, modeName=modeName)
+    if E > MAX_EDGES:
+        raise OverflowError(f"{where}: " + _OVERFLOW_MESSAGE.format(E=E, limit=MAX_EDGES))
+    return E, offsets64.to(torch.int32)
+
+
+def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMap,
+                   storeInputs: bool = True, returnCompactHashMap: bool = False):
+    """Count -> scan -> readback -> collect over a freshly built grid."""
+    dev = inp.device
+    nq = inp.numQueries
+    counts = torch.zeros(nq, dtype=torch.int32, device=dev)
+    traverse = nq > 0 and inp.numReferences > 0
+    if traverse:
+        vec = warpVector(inp.d, inp.dtype)
+        gridStruct = _gridStruct(inp, grid.numCells, grid)
+        qPosW = toWarp(inp.qPos, vec)
+        qSupW = toWarp(inp.qSup)
+        sPosW = toWarp(grid.sortedPositions, vec)
+        sSupW = toWarp(grid.sortedSupports)
+        hMaxW = toWarp(grid.hMax)
+        countsW = toWarp(counts)
+        dummy32 = toWarp(_empty(0, torch.int32, dev))
+        dummy64 = toWarp(_empty(0, torch.int64, dev))
+        cacheCap = _cacheCapacity(dev, nq)
+        cacheW = toWarp(_empty(nq * cacheCap, torch.int32, dev))
+        if CELL_MAJOR_CPU and dev.type == "cpu" and inp.rPos is inp.qPos:
+            launch(_kernels.cellMajorCountKernel, dim=inp.numReferences,
+                   inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct,
+                           toWarp(grid.numOccupiedCells), mode, cacheCap, cacheW],
+                   outputs=[countsW, dummy64, dummy64], device=dev)
+        else:
+            launch(_kernels.radiusSearchKernel, dim=nq,
+                   inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode, 0, cacheCap,
+                           cacheW],
+                   outputs=[countsW, dummy32, dummy64, dummy64], device=dev)
+    E, edgeOffsets = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin, inp.dMax,
+                               inp.aliased, SupportScheme(mode).name)
+    i = _empty(E, torch.int64, dev)
+    j = _empty(E, torch.int64, dev)
+    if traverse and E > 0:
+        launch(_kernels.radiusSearchKernel, dim=nq,
+               inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode, 1, cacheCap, cacheW],
+               outputs=[countsW, toWarp(edgeOffsets), toWarp(i), toWarp(j)], device=dev)
+    adjacency = AdjacencyList(
+        i=i,
+        j=j,
+        numNeighbors=counts,
+        edgeOffsets=edgeOffsets,
+        numRows=nq,
+        numCols=inp.numReferences,
+        queryPositions=inp.qPos if storeInputs else None,
+        referencePositions=inp.rPos if storeInputs else None,
+        querySupports=inp.qSup if storeInputs else None,
+        referenceSupports=inp.rSup if storeInputs else None,
+        hashMap=grid,
+        supportMode=SupportScheme(mode),
+        verletScale=1.0,
+    )
+    if returnCompactHashMap:
+        return adjacency, grid
+    return adjacency
+
+
+def searchInputs(where: str, queryParticles, domain, referenceParticles=None) -> SearchInputs:
+    """Validated inputs from particle states (attribute bags) and a domain."""
+    qPos, qSup = particleTensors(where, "queryParticles", queryParticles)
+    if referenceParticles is None:
+        rPos, rSup = qPos, qSup
+    else:
+        rPos, rSup = particleTensors(where, "referenceParticles", referenceParticles)
+    dMin, dMax, periodic = domainTensors(where, domain)
+    return prepareInputs(where, qPos, rPos, qSup, rSup, periodic, dMin, dMax)
+
+
+def radiusSearchCompactHashMap(queryParticles, domain, mode=SupportScheme.Gather,
+                               hashMapLengthMode=HashMapLengthMode.NextPrime,
+                               fixedHashMapLength=4096, returnCompactHashMap=False,
+                               referenceParticles=None):
+    """All pairs (i, j) with ``r_ij <= threshold`` as a CSR `AdjacencyList`.
+
+    r_ij is the minimum-image distance ``sqrt(sum_k x_ij[k]^2)`` (axis order, call precision);
+    the threshold is h_i (Gather), h_j (Scatter), (h_i + h_j)/2 (MeanSymmetric) or
+    max(h_i, h_j) (KernelMeanSymmetric, SuperSymmetric, PartialSymmetric). Exact (never
+    truncated), deterministic (rows ascending; within a row stencil-offset order, then
+    ascending original index per cell), self pairs included.
+
+    Naming trap kept for compatibility: this returns the neighbour list, not the hash map
+    (``returnCompactHashMap=True`` returns ``(AdjacencyList, CompactHashMap)``).
+
+    Args:
+        queryParticles: `ParticleState` (or any object with ``.positions [N_q, d]`` and
+            ``.supports [N_q]``, float32/float64, d = 1, 2, 3).
+        domain: `DomainDescription` (``.min``, ``.max`` ``[d]``, ``.periodic`` bool ``[d]``, a
+            list of bools or None). Periodic positions may be unwrapped.
+        mode: `SupportScheme` of the acceptance threshold.
+        hashMapLengthMode: `HashMapLengthMode` (Fixed: ``fixedHashMapLength``;
+            NumberOfParticles: N_r, +1 if even; NextPrime: ``getNextPrime(N_r)``).
+        fixedHashMapLength: table length of the Fixed mode.
+        returnCompactHashMap: also return the grid.
+        referenceParticles: the reference set (default: the query set itself).
+
+    Returns:
+        AdjacencyList (int64 i/j, int32 numNeighbors/edgeOffsets), optionally with the
+        CompactHashMap. Exactly one device->host readback (edge total + validity flags).
+
+    Raises:
+        ValueError: invalid options/shapes/devices (before any launch), or through the
+            readback: non-finite positions, invalid supports, degenerate extents, periodic
+            hMax >= L/2. OverflowError: more than 2^31 - 1 edges.
+        TypeError: wrong types or mixed float dtypes.
+
+    Non-differentiable (the structure is frozen under AD).
+    """
+    where = "radiusSearchCompactHashMap"
+    m = modeUint(where, mode)
+    inp = searchInputs(where, queryParticles, domain, referenceParticles)
+    L = lengthForMode(where, hashMapLengthMode, fixedHashMapLength, inp.numReferences)
+    grid = buildGrid(inp, m, L)
+    return searchWithGrid(where, inp, m, grid, returnCompactHashMap=returnCompactHashMap)
+
+
+def radiusSearchCompactHashMap_(queryPositions, referencePositions, querySupports,
+                                referenceSupports, periodicity, domainDescription,
+                                mode=SupportScheme.Gather, hashMapLength=4096,
+                                returnCompactHashMap=False):
+    """Positional (flat-tensor) form of `radiusSearchCompactHashMap`.
+
+    Args:
+        queryPositions, referencePositions: float ``[N_q, d]``, ``[N_r, d]`` (the same tensor
+            for one set).
+        querySupports, referenceSupports: float ``[N_q]``, ``[N_r]``.
+        periodicity: bool ``[d]`` tensor, list of bools or None (overrides the domain's).
+        domainDescription: `DomainDescription` (or ``.min``/``.max`` bag, or a (min, max) pair).
+        mode: `SupportScheme`; hashMapLength: table length L; returnCompactHashMap: also
+            return the grid.
+
+    Returns / raises as `radiusSearchCompactHashMap` (exactly one readback).
+    """
+    where = "radiusSearchCompactHashMap_"
+    m = modeUint(where, mode)
+    L = checkHashMapLength(where, hashMapLength)
+    dMin, dMax, _ = domainTensors(where, domainDescription)
+    inp = prepareInputs(where, queryPositions, referencePositions, querySupports,
+                        referenceSupports, periodicity, dMin, dMax)
+    grid = buildGrid(inp, m, L)
+    return searchWithGrid(where, inp, m, grid, returnCompactHashMap=returnCompactHashMap)
