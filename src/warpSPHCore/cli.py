@@ -54,7 +54,7 @@ def _demo(args) -> int:
     from .dataTypes.domain import DomainDescription
     from .dataTypes.particleState import ParticleState
     from .kernels.metadata import volumeToSupport
-    from .neighborhood import radiusSearchCompactHashMap, radiusNaive
+    from .neighborhood import radiusNaive, radiusSearchCompactHashMap
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
