@@ -31,6 +31,7 @@ def test_demo_writes_outputs(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["particles"] == 24 * 24
     assert summary["bruteForceAgrees"] is True
+    assert summary["bruteForceRowsChecked"] == 24 * 24  # every row at this size
     # jittered lattice with 50 target neighbours: the mean count is close to 50
     assert abs(summary["meanNeighbors"] - 50.0) < 5.0
     assert summary["pairs"] == round(summary["meanNeighbors"] * summary["particles"])
