@@ -23,7 +23,7 @@ def test_info_lists_versions_and_every_kernel(capsys):
 def test_demo_writes_outputs(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["demo", "--nx", "24", "--repeats", "1", "--out", str(out), "--quiet",
-               "--precision", "float64"])
+               "--precision", "float64", "--check", "10000"])
     assert rc == 0
     summary = json.loads((out / "demo.json").read_text())
     png = out / "neighbor_counts.png"
