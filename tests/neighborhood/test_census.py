@@ -136,9 +136,9 @@ def test_census_detects_injected_readback(device, dtype, monkeypatch):
     pos, h = randomCloud(30, 2, device, dtype, seed=1)
     original = gridModule.cellCounts
 
-    def leaky(extent, hMax):
+    def leaky(extent, hMax, *rest):
         hMax.reshape(-1)[0].item()  # the injected host sync
-        return original(extent, hMax)
+        return original(extent, hMax, *rest)
 
     monkeypatch.setattr(gridModule, "cellCounts", leaky)
     c, _ = _count(buildCompactHashMap, pos, pos, h, h, dom.periodic, dom)

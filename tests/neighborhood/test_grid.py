@@ -223,3 +223,23 @@ def test_get_next_prime(n, expected):
 def test_get_next_prime_rejects_tensors():
     with pytest.raises(TypeError):
         getNextPrime(torch.tensor(5))
+
+
+def test_cell_margin_scales_with_coordinate_magnitude_in_float32():
+    """float32 grids with many cells per axis get a margin covering coordinate rounding;
+    float64 keeps the spec's 1e-5 (docs/neighborhood.md, known limits)."""
+    from warpSPHCore.neighborhood.grid import CELL_MARGIN, cellCounts, cellMargin
+
+    for dtype, expect_wide in ((torch.float32, True), (torch.float64, False)):
+        h = torch.tensor([0.002], dtype=dtype)  # 1000 cells on [-1, 1]
+        scale = torch.tensor([1.0], dtype=dtype)
+        m = cellMargin(scale, h)
+        if expect_wide:
+            assert m.item() >= 32 * torch.finfo(torch.float32).eps * 500 * 0.999
+        else:
+            assert m.item() == CELL_MARGIN
+        n = cellCounts(torch.tensor([2.0], dtype=dtype), h, scale)
+        cell = 2.0 / n.item()
+        assert cell >= h.item() * (1 + m.item()) * (1 - 1e-6)
+        # the spec's rule is recovered without a scale
+        assert cellCounts(torch.tensor([2.0], dtype=dtype), h).item() == int(2.0 / (0.002 * (1 + 1e-5)))

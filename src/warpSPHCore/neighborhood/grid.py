@@ -22,7 +22,7 @@ from ._inputs import SearchInputs, checkHashMapLength, domainTensors, modeUint, 
 from .flags import computeFlags
 from .traversal import gridDataType
 
-__all__ = ["buildCompactHashMap", "buildGrid", "MAX_CELLS_PER_AXIS", "CELL_MARGIN"]
+__all__ = ["buildCompactHashMap", "buildGrid", "cellCounts", "cellMargin", "MAX_CELLS_PER_AXIS", "CELL_MARGIN"]
 
 #: Cap of the per-axis cell count (keeps linear indices and hash products inside int64).
 MAX_CELLS_PER_AXIS = 2**20
@@ -61,10 +61,27 @@ def gridSupport(mode: int, qSup: torch.Tensor, rSup: torch.Tensor) -> torch.Tens
     return h.reshape(1)
 
 
-def cellCounts(extent: torch.Tensor, hMax: torch.Tensor) -> torch.Tensor:
-    """int32 ``[d]``: clamp(floor(E_k / (hMax (1 + 1e-5))), 1, 2^20); 1 when anything is
-    non-finite or non-positive."""
-    ratio = extent / (hMax * (1.0 + CELL_MARGIN))
+def cellMargin(scale: torch.Tensor, hMax: torch.Tensor) -> torch.Tensor:
+    """Relative cell margin per axis: max(1e-5, 32 eps |coordinate scale| / hMax).
+
+    The spec's fixed 1e-5 covers the rounding of the cell coordinate only while the
+    coordinates are at most ~80 supports large in float32: beyond that, a pair accepted by the
+    (rounded) distance test within ~ulp(x) of r = h could land two cells apart and be missed.
+    Scaling the margin with the coordinate magnitude in units of hMax (32 ulps bound the
+    rounding of wrap, minimum image, distance and cell coordinate together) keeps every
+    accepted pair inside the 3^d stencil. In float64 this never exceeds 1e-5 for any
+    realistic grid (it would need 1.4e9 supports per axis). Device ops only: no sync.
+    """
+    eps = torch.finfo(scale.dtype).eps
+    return torch.clamp(32.0 * eps * scale / hMax, min=CELL_MARGIN)
+
+
+def cellCounts(extent: torch.Tensor, hMax: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """int32 ``[d]``: clamp(floor(E_k / (hMax (1 + margin_k))), 1, 2^20); 1 when anything is
+    non-finite or non-positive. margin_k = `cellMargin(scale_k, hMax)` (1e-5 when `scale` is
+    None), with scale_k the largest coordinate magnitude of the binning bounds."""
+    margin = CELL_MARGIN if scale is None else cellMargin(scale, hMax)
+    ratio = extent / (hMax * (1.0 + margin))
     ok = (torch.isfinite(ratio) & (ratio >= 1) & torch.isfinite(hMax) & (hMax > 0)
           & torch.isfinite(extent) & (extent > 0))
     capped = torch.floor(torch.where(ok, ratio, torch.ones_like(ratio)).clamp(max=MAX_CELLS_PER_AXIS))
@@ -131,7 +148,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
     # steps 2-4, 13: grid support, per-axis cell counts, validity flags
     hMax = gridSupport(mode, inp.qSup, inp.rSup)
     extent = inp.dMax - inp.dMin
-    numCells = cellCounts(extent, hMax)
+    numCells = cellCounts(extent, hMax, torch.maximum(inp.dMin.abs(), inp.dMax.abs()))
     flags = computeFlags(inp.qPos, inp.rPos, inp.qSup, inp.rSup, inp.aliased, hMax, extent,
                          inp.periodic)
 
