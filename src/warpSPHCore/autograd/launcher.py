@@ -1,0 +1,259 @@
+"""Torch <-> Warp conversion and the one differentiable launch site (`autodiff.md` §3, §8.5).
+
+* `castTorchToWarpAsBuiltins(t)`: the Warp view of a tensor in the kernel ABI's dtypes —
+  float rank 1 -> scalar array, rank 2 ``[N, K]`` -> array of ``vector(K)``, rank 3
+  ``[N, A, B]`` -> array of ``matrix(A, B)``; integer/bool rank 1 -> plain array, int32
+  ``[N, 2]`` -> ``vec2i``, int32 ``[N, 3]`` -> ``vec3i``, int64 ``[N, 3]`` -> ``vec3l``
+  (the grid tables of `neighborhood.md`), any other integer rank 2 -> plain 2-d array.
+  Higher float ranks raise `TypeError` (`operations.py` flattens fields first).
+* `castTorchToWarp(t, dtype=None)`: plain n-d array of the tensor's scalar type, or the
+  explicitly requested Warp dtype.
+* `allocateTorchWarp(shape, dtype, device, requires_grad)`: a zero-filled output on torch's
+  caching allocator plus its zero-copy Warp view; with ``requires_grad`` the view owns a
+  torch-allocated zero adjoint buffer (never the caller's ``grad_output``, W24/W62).
+* `launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, lanes=None)`:
+  allocates the output(s), launches on the inputs' device and torch's current stream, and
+  returns the output tensor(s), each carrying its Warp view in the courier attribute
+  ``_warp_array`` (the bridge moves it to ``ctx`` and deletes the attribute, W26).
+
+Both casts build the view from ``t.detach()`` with canonical strides (W10, W21); they never
+cache — caching is `util.fieldRegistry.acquireView`'s job. Memo tables are keyed by
+``str(device)`` because ``wp.Device`` is unhashable (W28).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import warp as wp
+
+from ..util.conversion import canonical
+from ..util.warpContext import ensureWarp
+
+__all__ = [
+    "launch_kernel",
+    "allocateTorchWarp",
+    "castTorchToWarpAsBuiltins",
+    "castTorchToWarp",
+    "warpDtypeAsBuiltins",
+    "outputIsFloat",
+    "torchStreamAsWarp",
+    "deviceOfArgs",
+    "COURIER",
+]
+
+#: Attribute through which `launch_kernel` hands an output's Warp view to the bridge.
+COURIER = "_warp_array"
+
+_FLOAT_SCALARS = {torch.float32: wp.float32, torch.float64: wp.float64}
+_INT_VECTORS = {
+    (torch.int32, 2): wp.vec2i,
+    (torch.int32, 3): wp.vec3i,
+    (torch.int64, 3): wp.vec3l,
+}
+
+
+@functools.cache
+def _asBuiltins(torchDtype: torch.dtype, trailing: tuple):
+    """Warp dtype of the builtins mapping for a tensor dtype and its trailing shape."""
+    if torchDtype in _FLOAT_SCALARS:
+        scalar = _FLOAT_SCALARS[torchDtype]
+        if len(trailing) == 0:
+            return scalar
+        if len(trailing) == 1:
+            return wp.types.vector(length=int(trailing[0]), dtype=scalar)
+        if len(trailing) == 2:
+            return wp.types.matrix(shape=(int(trailing[0]), int(trailing[1])), dtype=scalar)
+        raise TypeError(
+            f"castTorchToWarpAsBuiltins: float tensors of rank {len(trailing) + 1} are not "
+            "supported; accepted: rank 1 [N], rank 2 [N, K], rank 3 [N, A, B] (flatten fields first)"
+        )
+    if torchDtype in (torch.int32, torch.int64, torch.bool):
+        if len(trailing) == 1 and (torchDtype, int(trailing[0])) in _INT_VECTORS:
+            return _INT_VECTORS[(torchDtype, int(trailing[0]))]
+        return None  # plain n-d array of the scalar type
+    raise TypeError(
+        f"castTorchToWarpAsBuiltins: dtype {torchDtype} is not supported; accepted: "
+        "torch.float32, torch.float64, torch.int32, torch.int64, torch.bool"
+    )
+
+
+def warpDtypeAsBuiltins(t: torch.Tensor):
+    """Warp dtype `castTorchToWarpAsBuiltins` uses for `t` (None: plain scalar n-d array)."""
+    if t.dim() == 0:
+        raise TypeError("castTorchToWarpAsBuiltins: 0-d tensors are not supported; use shape (1,)")
+    return _asBuiltins(t.dtype, tuple(t.shape[1:]))
+
+
+def castTorchToWarpAsBuiltins(t: torch.Tensor, requires_grad: bool = False) -> wp.array:
+    """Fresh (uncached) Warp view of `t` in the kernel ABI's dtypes (module docstring).
+
+    With ``requires_grad`` the view owns a torch-allocated zero gradient buffer.
+    """
+    return castTorchToWarp(t, warpDtypeAsBuiltins(t), requires_grad=requires_grad)
+
+
+def castTorchToWarp(t: torch.Tensor, dtype=None, requires_grad: bool = False) -> wp.array:
+    """Fresh (uncached) Warp view of `t`: plain n-d array of its scalar type, or `dtype`.
+
+    The view is built from ``t.detach()`` with canonical strides (a copy only when the
+    tensor is non-contiguous, has degenerate strides or is empty). With ``requires_grad``
+    the view owns a zero gradient buffer allocated by torch (on torch's current stream).
+    """
+    ensureWarp()
+    td = canonical(t)
+    if requires_grad:
+        grad = torch.zeros_like(td, memory_format=torch.contiguous_format)
+        return wp.from_torch(td, dtype=dtype, requires_grad=True, grad=grad)
+    return wp.from_torch(td, dtype=dtype, requires_grad=False)
+
+
+def outputIsFloat(dtype) -> bool:
+    """True for Warp float scalar/vector/matrix dtypes (differentiable outputs)."""
+    scalar = getattr(dtype, "_wp_scalar_type_", dtype)
+    return scalar in (wp.float16, wp.float32, wp.float64)
+
+
+@functools.cache
+def _resolveOutput(dtype, deviceKey: str):
+    """(Warp dtype, device) -> (torch dtype, torch device, trailing shape), memoised by str."""
+    scalar = getattr(dtype, "_wp_scalar_type_", dtype)
+    trailing = tuple(int(s) for s in getattr(dtype, "_shape_", ()))
+    return wp.dtype_to_torch(scalar), wp.device_to_torch(deviceKey), trailing
+
+
+def allocateTorchWarp(shape, dtype, device, requires_grad: bool):
+    """Allocate a zero output: (torch tensor on torch's caching allocator, its Warp view).
+
+    ``shape`` is the Warp array shape (int or tuple); the torch tensor additionally carries
+    the trailing component axes of a vector/matrix ``dtype``. With ``requires_grad`` (float
+    dtypes only) the view owns a zero adjoint buffer that no caller tensor aliases.
+    """
+    ensureWarp()
+    shape = tuple(int(s) for s in shape) if isinstance(shape, (tuple, list, torch.Size)) \
+        else (int(shape),)
+    torchDtype, torchDevice, trailing = _resolveOutput(dtype, str(wp.get_device(device)))
+    out = torch.zeros(shape + trailing, dtype=torchDtype, device=torchDevice)
+    # The view wraps a detached alias: wp.from_torch keeps a reference to the tensor it is
+    # given, and out -> grad_fn -> ctx.output_warp -> view -> out would be a reference cycle
+    # that only the cyclic GC can break (W26).
+    alias = out.detach()
+    if requires_grad and outputIsFloat(dtype):
+        view = wp.from_torch(alias, dtype=dtype, requires_grad=True, grad=torch.zeros_like(out))
+    else:
+        view = wp.from_torch(alias, dtype=dtype, requires_grad=False)
+    return out, view
+
+
+def _arrayDevice(a):
+    if isinstance(a, wp.array):
+        return a.device
+    cls = getattr(a, "_cls", None)
+    fields = getattr(cls, "vars", None)
+    if isinstance(fields, dict):
+        for name in fields:
+            dev = _arrayDevice(getattr(a, name, None))
+            if dev is not None:
+                return dev
+    return None
+
+
+def deviceOfArgs(args):
+    """Device of the first `wp.array` argument, else of the first array inside a struct."""
+    for a in args:
+        if isinstance(a, wp.array):
+            return a.device
+    for a in args:
+        dev = _arrayDevice(a)
+        if dev is not None:
+            return dev
+    raise ValueError(
+        "launch_kernel: cannot infer the device: no wp.array among the arguments or their "
+        "struct fields"
+    )
+
+
+_STREAMS: dict = {}
+
+
+def torchStreamAsWarp(device):
+    """Torch's current stream for a CUDA `device` as a Warp stream (memoised per handle);
+    None on CPU (§16)."""
+    dev = wp.get_device(device)
+    if not dev.is_cuda:
+        return None
+    tstream = torch.cuda.current_stream(wp.device_to_torch(dev))
+    key = (str(dev), int(tstream.cuda_stream))
+    s = _STREAMS.get(key)
+    if s is None:
+        s = wp.stream_from_torch(tstream)
+        _STREAMS[key] = s
+    return s
+
+
+def _isMulti(output_dtype) -> bool:
+    return isinstance(output_dtype, (tuple, list))
+
+
+def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, lanes=None,
+                  requires_grad: bool = False):
+    """Allocate the output(s), launch `kernel(*args, *outputs)`, return the output tensor(s).
+
+    Args:
+        kernel: the Warp kernel.
+        output_shape: Warp shape of the output (int or tuple), or a tuple of shapes when
+            ``output_dtype`` is a tuple/list (multi-output kernels).
+        output_dtype: Warp dtype of the output, or a tuple/list of dtypes.
+        *args: the kernel's positional inputs (structs, arrays, scalars) before the outputs.
+        numThreads: launch dimension (int or tuple); default the first output's leading size.
+        lanes: lanes per thread of a tiled kernel (``dim=[n, lanes]``, ``block_dim=lanes``);
+            None or 1 launches one thread per item.
+        requires_grad: float outputs own a zero adjoint buffer (the bridge also enforces this
+            after the launch, so a wrapped launcher may omit it).
+
+    The device is the first `wp.array` argument's (else a struct argument's array field's);
+    the launch passes ``device=`` and torch's current stream (§16). A launch with zero
+    threads is skipped and the zero-filled output(s) returned. Each returned tensor carries
+    its Warp view as the courier attribute ``_warp_array``.
+    """
+    ensureWarp()
+    device = deviceOfArgs(args)
+    if _isMulti(output_dtype):
+        shapes, dtypes = tuple(output_shape), tuple(output_dtype)
+        if len(shapes) != len(dtypes):
+            raise ValueError(
+                f"launch_kernel: {len(dtypes)} output dtypes but {len(shapes)} output shapes"
+            )
+    else:
+        shapes, dtypes = (output_shape,), (output_dtype,)
+    outs, views = [], []
+    for shp, dt in zip(shapes, dtypes):
+        o, v = allocateTorchWarp(shp, dt, device, requires_grad)
+        outs.append(o)
+        views.append(v)
+    if numThreads is None:
+        first = shapes[0]
+        numThreads = int(tuple(first)[0]) if isinstance(first, (tuple, list, torch.Size)) \
+            else int(first)
+    if isinstance(numThreads, (tuple, list)):
+        dims = tuple(int(n) for n in numThreads)
+    else:
+        dims = (int(numThreads),)
+    if all(n > 0 for n in dims):
+        blockDim = None
+        if lanes is not None and int(lanes) > 1:
+            dims = dims + (int(lanes),)
+            blockDim = int(lanes)
+        wp.launch(
+            kernel,
+            dim=dims if len(dims) > 1 else dims[0],
+            inputs=list(args),
+            outputs=views,
+            device=device,
+            stream=torchStreamAsWarp(device),
+            block_dim=blockDim,
+        )
+    for o, v in zip(outs, views):
+        setattr(o, COURIER, v)
+    return tuple(outs) if _isMulti(output_dtype) else outs[0]
