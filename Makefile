@@ -28,6 +28,7 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/bench_density.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

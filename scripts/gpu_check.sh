@@ -21,5 +21,6 @@ $PY -c "import torch, warp as wp; wp.init(); print('torch', torch.__version__, '
 status=0
 # The CUDA half of every device-parametrised test (ids end in cuda_0), plus cuda-marked tests.
 timeout 420 $PY -m pytest -q -p no:cacheprovider -k "cuda_0" -m "not slow" tests 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 25 || status=1
-timeout 240 $PY benchmarks/run.py --device cuda:0 --json "$OUT/bench-cuda.json" 2>&1 | tee "$OUT/bench-cuda.txt" || status=1
+timeout 150 $PY benchmarks/run.py --device cuda:0 --json "$OUT/bench-cuda.json" 2>&1 | tee "$OUT/bench-cuda.txt" || status=1
+timeout 90 $PY benchmarks/bench_density.py --device cuda:0 --json "$OUT/bench-density-cuda.json" 2>&1 | tee -a "$OUT/bench-cuda.txt" || status=1
 exit $status

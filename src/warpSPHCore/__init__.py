@@ -67,10 +67,13 @@ from .neighborhood import (
     radiusNaiveFixed,
     radiusSearchCompactHashMap,
 )
+from .operations import warpOperation
 from .sampling import generateNeighborTestData, sampleDensestLattice
 
 __all__ = [
     "__version__",
+    # entry points
+    "warpOperation",
     # enums
     "KernelFunctions",
     "SupportScheme",

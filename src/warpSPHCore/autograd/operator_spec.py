@@ -1,0 +1,233 @@
+"""The declared operator ABI: `OperatorSpec`, `SPHContext`, `launchOperator` (`autodiff.md` §8).
+
+An operator declares its kernel, outputs, extras (named additional kernel arguments, TENSOR
+or SCALAR) and thread count once; `launchOperator(spec, ctx, **extras)` validates a call
+against the declaration, resolves the outputs and delegates to the shared engine
+`wrapper._launch`. It is neither a caching layer nor a behaviour change: a kernel launched
+through it runs exactly like the `warpWrapper2` call it replaces.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Optional
+
+import torch
+
+from ..enumTypes import ExecutionMode
+from .wrapper import _launch
+
+__all__ = [
+    "ShapeOf",
+    "OutputSpec",
+    "ExtraKind",
+    "ExtraSpec",
+    "ThreadSpec",
+    "JVPSpec",
+    "OperatorSpec",
+    "Corrections",
+    "EMPTY_CORRECTIONS",
+    "SPHContext",
+    "launchOperator",
+]
+
+
+class ShapeOf(IntEnum):
+    """Symbolic output shapes. QUERY: one row per query particle, ``(N_q,)``."""
+
+    QUERY = 0
+
+
+class ExtraKind(IntEnum):
+    """TENSOR extras are tracked by autograd (appended after the 36 state slots); SCALAR
+    extras are plain kernel arguments spliced back by position."""
+
+    TENSOR = 0
+    SCALAR = 1
+
+
+class ThreadSpec(IntEnum):
+    """QUERY_COUNT: the thread count is the first output's leading size."""
+
+    QUERY_COUNT = 0
+
+
+def _isResolver(value) -> bool:
+    # Warp dtypes are classes and therefore callable: recognise resolvers by type (W29).
+    return isinstance(value, types.FunctionType)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One kernel output. `dtype` (a Warp dtype) and `shape` (`ShapeOf`, or a tuple of ints)
+    may each be a resolver ``(ctx, extras) -> value``."""
+
+    dtype: Any
+    shape: Any = ShapeOf.QUERY
+
+
+@dataclass(frozen=True)
+class ExtraSpec:
+    """One declared additional kernel argument, passed to `launchOperator` by `name`."""
+
+    name: str
+    kind: ExtraKind = ExtraKind.TENSOR
+
+
+@dataclass(frozen=True)
+class JVPSpec:
+    """Extras eligible for a Tier-1 value tangent (None: geometry tangents only)."""
+
+    queryValueExtra: Optional[str] = None
+    referenceValueExtra: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """Declaration of one operator kernel.
+
+    Args:
+        kernel: the Warp kernel (canonical ABI, extras after the eight state arguments, then
+            the outputs).
+        outputs: tuple of `OutputSpec`.
+        extras: tuple of `ExtraSpec`, in kernel-argument order.
+        threads: `ThreadSpec.QUERY_COUNT`.
+        numThreads: optional resolver ``(ctx, extras) -> int`` when the thread count is not
+            the first output's leading size.
+        jvp: `JVPSpec` or None.
+        tiledKernel: optional multi-lane CUDA variant (`autodiff.md` §8.4).
+    """
+
+    kernel: Any
+    outputs: tuple[OutputSpec, ...]
+    extras: tuple[ExtraSpec, ...] = ()
+    threads: ThreadSpec = ThreadSpec.QUERY_COUNT
+    numThreads: Any = None
+    jvp: Optional[JVPSpec] = None
+    tiledKernel: Any = None
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Per-call corrections: ``volumes=(queryVolumes, referenceVolumes)``, crk, gradH, renorm."""
+
+    volumes: tuple[Any, Any] = (None, None)
+    crk: Any = None
+    gradH: Any = None
+    renorm: Any = None
+
+
+EMPTY_CORRECTIONS = Corrections()
+
+
+@dataclass
+class SPHContext:
+    """Per-call named state of one operator launch (`autodiff.md` §8.1).
+
+    `mode=ExecutionMode.FORWARD` is rejected by `launchOperator` (deliberately
+    unimplemented); AUTO is not resolved further."""
+
+    query: Any
+    properties: Any
+    domain: Any
+    adjacency: Any = None
+    reference: Any = None
+    corrections: Corrections = field(default_factory=Corrections)
+    mode: ExecutionMode = ExecutionMode.AUTO
+
+    @property
+    def numQueries(self) -> int:
+        return int(self.query.positions.shape[0])
+
+    @property
+    def numReferences(self) -> int:
+        ref = self.query if self.reference is None else self.reference
+        return int(ref.positions.shape[0])
+
+    def stateTuple(self) -> tuple:
+        """The legacy 10-slot positional tuple ``(query, properties, domain, qVol, rVol,
+        adjacency, reference, crk, gradH, renorm)``."""
+        c = self.corrections
+        return (self.query, self.properties, self.domain, c.volumes[0], c.volumes[1],
+                self.adjacency, self.reference, c.crk, c.gradH, c.renorm)
+
+
+def _resolve(value, ctx, extras):
+    return value(ctx, extras) if _isResolver(value) else value
+
+
+def _resolveShape(shape, ctx, extras) -> tuple:
+    shape = _resolve(shape, ctx, extras)
+    if isinstance(shape, ShapeOf):
+        if shape == ShapeOf.QUERY:
+            return (ctx.numQueries,)
+    if isinstance(shape, int):
+        return (int(shape),)
+    return tuple(int(s) for s in shape)
+
+
+def _validateExtras(spec: OperatorSpec, extras: dict) -> None:
+    declared = {e.name: e for e in spec.extras}
+    name = getattr(spec.kernel, "key", repr(spec.kernel))
+    missing = [n for n in declared if n not in extras]
+    if missing:
+        raise TypeError(f"launchOperator({name}): missing extras {missing}; declared: "
+                        f"{list(declared)}")
+    undeclared = [n for n in extras if n not in declared]
+    if undeclared:
+        raise TypeError(f"launchOperator({name}): undeclared extras {undeclared}; declared: "
+                        f"{list(declared)}")
+    for n, e in declared.items():
+        v = extras[n]
+        if e.kind == ExtraKind.TENSOR and not isinstance(v, torch.Tensor):
+            raise TypeError(f"launchOperator({name}): extra {n!r} is declared TENSOR but got "
+                            f"{type(v).__name__}")
+        if e.kind == ExtraKind.SCALAR and isinstance(v, torch.Tensor):
+            raise TypeError(f"launchOperator({name}): extra {n!r} is declared SCALAR but got a "
+                            "tensor (differentiable scalars travel as TENSOR extras, see "
+                            "asScalarArg)")
+
+
+def _jvpStub(spec: OperatorSpec):
+    name = getattr(spec.kernel, "key", repr(spec.kernel))
+
+    def jvp_fn(ctx, flat_tangents, *args, **kwargs):
+        raise NotImplementedError(
+            f"forward-mode AD of {name} through the dual-tensor bridge is not implemented yet; "
+            "use reverse mode"
+        )
+
+    return jvp_fn
+
+
+def launchOperator(spec: OperatorSpec, ctx: SPHContext, **extras):
+    """Launch `spec.kernel` for the call described by `ctx` with the declared `extras`.
+
+    Raises:
+        NotImplementedError: ``ctx.mode == ExecutionMode.FORWARD``.
+        TypeError: missing, undeclared or kind-mismatched extras.
+
+    Returns:
+        The output tensor (or a tuple for multi-output kernels), differentiable in reverse
+        mode through `StateAwareWarpFunction`.
+    """
+    if ctx.mode == ExecutionMode.FORWARD:
+        raise NotImplementedError("SPHContext.mode=FORWARD is deliberately unimplemented; use "
+                                  "AUTO (reverse mode and torch forward-mode duals)")
+    _validateExtras(spec, extras)
+    shapes = [_resolveShape(o.shape, ctx, extras) for o in spec.outputs]
+    dtypes = [_resolve(o.dtype, ctx, extras) for o in spec.outputs]
+    if len(spec.outputs) == 1:
+        outputShape, outputDtype = shapes[0], dtypes[0]
+    else:
+        outputShape, outputDtype = tuple(shapes), tuple(dtypes)
+    numThreads = None
+    if spec.numThreads is not None:
+        numThreads = int(_resolve(spec.numThreads, ctx, extras))
+    jvp_fn = _jvpStub(spec) if spec.jvp is not None else None
+    additional = tuple(extras[e.name] for e in spec.extras)
+    kinds = tuple(e.kind for e in spec.extras)
+    return _launch(spec.kernel, ctx.stateTuple(), additional, outputShape, outputDtype,
+                   numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=kinds)

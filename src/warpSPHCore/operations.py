@@ -1,0 +1,286 @@
+"""Public operator entry point `warpOperation` (`operators.md` §7.1).
+
+Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape, then
+dispatch through `launchOperator` (`autodiff.md` §2). Implemented operators: Density and
+Interpolate; the others raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from .autograd.operator_spec import Corrections, SPHContext, launchOperator
+from .dataTypes.adjacency import AdjacencyList
+from .dataTypes.compactHashMap import CompactHashMap
+from .dataTypes.corrections import asGradHState, asRenormalizationState
+from .enumTypes import WarpOperation
+from .operators import operatorEntry
+from .util.precision import FLOAT_DTYPES
+
+__all__ = ["warpOperation"]
+
+_WHERE = "warpOperation"
+
+
+def _isFunctorchWrapped(t) -> bool:
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
+    except AttributeError:  # pragma: no cover (older torch)
+        return False
+
+
+def _collectTensors(queryParticles, referenceParticles, domain, queryValues, referenceValues,
+                    queryVolumes, referenceVolumes, crkState, gradHState, renorm):
+    """(name, tensor) of every float tensor of the call (None entries skipped)."""
+    out = []
+
+    def add(name, t):
+        if t is not None:
+            out.append((name, t))
+
+    for role, p in (("queryParticles", queryParticles), ("referenceParticles", referenceParticles)):
+        if p is None or (role == "referenceParticles" and p is queryParticles):
+            continue
+        for f in ("positions", "supports", "masses", "densities"):
+            add(f"{role}.{f}", getattr(p, f, None))
+    add("domain.min", domain.min)
+    add("domain.max", domain.max)
+    add("queryValues", queryValues)
+    if referenceValues is not queryValues:
+        add("referenceValues", referenceValues)
+    add("queryVolumes", queryVolumes)
+    if referenceVolumes is not queryVolumes:
+        add("referenceVolumes", referenceVolumes)
+    if crkState is not None:
+        for f in ("A", "B", "gradA", "gradB"):
+            add(f"crkState.{f}", getattr(crkState, f, None))
+    if gradHState is not None:
+        add("gradHState.queryOmegas", gradHState.queryOmegas)
+        add("gradHState.referenceOmegas", getattr(gradHState, "referenceOmegas", None))
+    if renorm is not None:
+        add("renormalizationState.renormalizationMatrices", renorm.renormalizationMatrices)
+    return out
+
+
+def _checkTensors(tensors, device):
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if _isFunctorchWrapped(t):
+            raise NotImplementedError(
+                f"{_WHERE}: {name} is a torch.func (functorch) wrapped tensor; torch.func "
+                "transforms are not supported by the Warp bridge. Use "
+                "torch.autograd.forward_ad (dual tensors) or reverse mode instead")
+    found = {name: t.dtype for name, t in tensors}
+    bad = {n: dt for n, dt in found.items() if dt not in FLOAT_DTYPES}
+    if bad:
+        listing = ", ".join(f"{n}={dt}" for n, dt in bad.items())
+        raise TypeError(f"{_WHERE}: unsupported dtype ({listing}); accepted: torch.float32 or "
+                        "torch.float64")
+    if len(set(found.values())) > 1:
+        listing = ", ".join(f"{n}={dt}" for n, dt in found.items())
+        raise TypeError(f"{_WHERE}: all floating-point tensors of one call must share one dtype; "
+                        f"found {listing}")
+    for name, t in tensors:
+        if t.device != device:
+            raise ValueError(f"{_WHERE}: {name} is on {t.device}; every tensor of the call must "
+                             f"be on {device}")
+
+
+def _checkParticles(role: str, p, d: int, device):
+    for f in ("positions", "supports", "masses", "kinds"):
+        if getattr(p, f, None) is None:
+            raise TypeError(f"{_WHERE}: {role}.{f} is required")
+    n = p.positions.shape[0]
+    if p.positions.dim() != 2 or p.positions.shape[1] != d:
+        raise ValueError(f"{_WHERE}: {role}.positions has shape {tuple(p.positions.shape)}; "
+                         f"accepted: [N, {d}] (domain.dim = {d})")
+    for f in ("supports", "masses", "kinds", "densities"):
+        t = getattr(p, f, None)
+        if t is not None and tuple(t.shape) != (n,):
+            raise ValueError(f"{_WHERE}: {role}.{f} has shape {tuple(t.shape)}; accepted: [{n}]")
+    if p.kinds.dtype != torch.int32:
+        raise TypeError(f"{_WHERE}: {role}.kinds has dtype {p.kinds.dtype}; accepted: torch.int32")
+    if p.kinds.device != device:
+        raise ValueError(f"{_WHERE}: {role}.kinds is on {p.kinds.device}; every tensor of the "
+                         f"call must be on {device}")
+    return int(n)
+
+
+def _checkAdjacency(adjacency, nQ: int, nR: int, device):
+    if adjacency is None:
+        return
+    if isinstance(adjacency, AdjacencyList):
+        for f in ("numNeighbors", "edgeOffsets"):
+            t = getattr(adjacency, f)
+            if tuple(t.shape) != (nQ,):
+                raise ValueError(f"{_WHERE}: adjacency.{f} has shape {tuple(t.shape)}; accepted: "
+                                 f"[{nQ}] (the number of queries)")
+        if int(adjacency.numCols) != nR:
+            raise ValueError(f"{_WHERE}: adjacency.numCols = {adjacency.numCols} but there are "
+                             f"{nR} reference particles")
+        if adjacency.j.device != device:
+            raise ValueError(f"{_WHERE}: adjacency is on {adjacency.j.device}; accepted: {device}")
+    elif isinstance(adjacency, CompactHashMap):
+        if tuple(adjacency.sortIndex.shape) != (nR,):
+            raise ValueError(f"{_WHERE}: the CompactHashMap's sortIndex has shape "
+                             f"{tuple(adjacency.sortIndex.shape)}; accepted: [{nR}] (the number "
+                             "of reference particles)")
+        if adjacency.sortIndex.device != device:
+            raise ValueError(f"{_WHERE}: the CompactHashMap is on {adjacency.sortIndex.device}; "
+                             f"accepted: {device}")
+    else:
+        raise TypeError(f"{_WHERE}: adjacency has type {type(adjacency).__name__}; accepted: "
+                        "AdjacencyList, CompactHashMap or None")
+
+
+def _checkPopulation(name: str, t, n: int, what: str):
+    if t is not None and (t.dim() < 1 or t.shape[0] != n):
+        raise ValueError(f"{_WHERE}: {name} has shape {tuple(t.shape)}; accepted: leading axis "
+                         f"{n} ({what})")
+
+
+def _flattenField(values: torch.Tensor):
+    """values ``[N, *S]`` -> (flat ``[N * F]``, S, F). Row-major; gradients flow through."""
+    shape = tuple(values.shape[1:])
+    F = math.prod(shape) if shape else 1
+    n = values.shape[0]
+    flat = values.reshape(n * F)
+    return flat, shape, F
+
+
+def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
+                  referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
+                  referenceParticles=None, preScatteredQuantities=None, crkState=None,
+                  gradHState=None, renormalizationState=None, consistentDivergence=False,
+                  covarianceReturnNumNeighbors=False):
+    """Evaluate one SPH operator (`operators.md` §2, §7.1).
+
+    Density: ``rho_i = sum_j m_j W_ij`` -> ``[N_q]``.
+    Interpolate: ``f_i = sum_j f_j V_j W^R_ij`` -> ``[N_q, *S]`` with
+    ``S = referenceValues.shape[1:]``; V_j = referenceVolumes[j] or m_j / rho_j; W^R with a
+    `CRKState` (A, B), else W.
+
+    Args:
+        queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, kinds int32,
+            densities or None).
+        operationProperties: `OperationProperties` (operation, kernel, schemes, mode,
+            calibration).
+        domain: `DomainDescription`.
+        queryValues, referenceValues: fields ``[N, *S]``; referenceValues defaults to
+            queryValues.
+        queryVolumes, referenceVolumes: ``[N]``; referenceVolumes defaults to queryVolumes.
+        adjacency: `AdjacencyList` (CSR), `CompactHashMap` (grid), or None (a grid is built
+            per call, sync-free).
+        referenceParticles: defaults to queryParticles (the same objects).
+        preScatteredQuantities: not supported (NotImplementedError when given).
+        crkState: `CRKState`; gradHState: `GradHState`, tensor or tuple;
+        renormalizationState: `RenormalizationState` or tensor.
+        consistentDivergence, covarianceReturnNumNeighbors: for Divergence / Covariance.
+
+    Returns:
+        Tensor on the input device with the input dtype. Reverse-mode autograd flows to
+        positions, supports, masses, densities, values, volumes and CRK A, B.
+
+    Raises:
+        TypeError: mixed or unsupported dtypes, wrong argument types.
+        ValueError: shapes, devices, missing inputs, Custom operation.
+        NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities, operators not
+            implemented yet.
+    """
+    props = operationProperties
+    if referenceParticles is None:
+        referenceParticles = queryParticles
+    if referenceValues is None:
+        referenceValues = queryValues
+    if referenceVolumes is None:
+        referenceVolumes = queryVolumes
+    try:
+        gradH = asGradHState(gradHState)
+    except TypeError as e:
+        raise ValueError(f"{_WHERE}: {e}") from None
+    try:
+        renorm = asRenormalizationState(renormalizationState)
+    except TypeError as e:
+        raise ValueError(f"{_WHERE}: {e}") from None
+
+    if not isinstance(getattr(queryParticles, "positions", None), torch.Tensor):
+        raise TypeError(f"{_WHERE}: queryParticles must be a ParticleState (positions tensor)")
+    device = queryParticles.positions.device
+    tensors = _collectTensors(queryParticles, referenceParticles, domain, queryValues,
+                              referenceValues, queryVolumes, referenceVolumes, crkState, gradH,
+                              renorm)
+    _checkTensors(tensors, device)
+    for name, t in (("queryParticles.kinds", queryParticles.kinds),
+                    ("referenceParticles.kinds", referenceParticles.kinds)):
+        if isinstance(t, torch.Tensor) and _isFunctorchWrapped(t):
+            raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; use "
+                                      "torch.autograd.forward_ad instead")
+
+    d = int(domain.dim)
+    nQ = _checkParticles("queryParticles", queryParticles, d, device)
+    nR = nQ if referenceParticles is queryParticles else _checkParticles(
+        "referenceParticles", referenceParticles, d, device)
+    _checkAdjacency(adjacency, nQ, nR, device)
+    _checkPopulation("queryVolumes", queryVolumes, nQ, "the number of queries")
+    _checkPopulation("referenceVolumes", referenceVolumes, nR, "the number of references")
+    if queryVolumes is not None and queryVolumes.dim() != 1:
+        raise ValueError(f"{_WHERE}: queryVolumes has shape {tuple(queryVolumes.shape)}; "
+                         f"accepted: [{nQ}]")
+    if referenceVolumes is not None and referenceVolumes.dim() != 1:
+        raise ValueError(f"{_WHERE}: referenceVolumes has shape "
+                         f"{tuple(referenceVolumes.shape)}; accepted: [{nR}]")
+    if crkState is not None:
+        if getattr(crkState, "A", None) is None or getattr(crkState, "B", None) is None:
+            raise ValueError(f"{_WHERE}: crkState needs A [N_q] and B [N_q, d]")
+        if tuple(crkState.A.shape) != (nQ,) or tuple(crkState.B.shape) != (nQ, d):
+            raise ValueError(f"{_WHERE}: crkState A/B have shapes {tuple(crkState.A.shape)}/"
+                             f"{tuple(crkState.B.shape)}; accepted: [{nQ}] / [{nQ}, {d}]")
+
+    op = WarpOperation(props.operation)
+    if op == WarpOperation.Custom:
+        raise ValueError(f"{_WHERE}: WarpOperation.Custom cannot be evaluated by warpOperation; "
+                         "write a Warp kernel with the pair functions of warpSPHCore.kernels")
+    ctx = SPHContext(
+        query=queryParticles,
+        properties=dataclasses.replace(props, operation=op),
+        domain=domain,
+        adjacency=adjacency,
+        reference=None if referenceParticles is queryParticles else referenceParticles,
+        corrections=Corrections(volumes=(queryVolumes, referenceVolumes), crk=crkState,
+                                gradH=gradH, renorm=renorm),
+    )
+
+    if op == WarpOperation.Density:
+        return launchOperator(operatorEntry(op).spec, ctx)
+    if op == WarpOperation.Covariance:
+        operatorEntry(op)  # raises NotImplementedError until ported
+
+    # value operators
+    if queryValues is None and referenceValues is None:
+        raise ValueError(f"{_WHERE}: {op.name} needs queryValues and/or referenceValues "
+                         "(pre-scattered quantities are not supported)")
+    if preScatteredQuantities is not None:
+        raise NotImplementedError(f"{_WHERE}: preScatteredQuantities is not supported")
+    _checkPopulation("queryValues", queryValues, nQ, "the number of queries")
+    _checkPopulation("referenceValues", referenceValues, nR, "the number of references")
+    if (queryValues is not None and referenceValues is not None
+            and tuple(queryValues.shape[1:]) != tuple(referenceValues.shape[1:])):
+        raise ValueError(f"{_WHERE}: {op.name}: query and reference field shapes differ "
+                         f"({tuple(queryValues.shape)} vs {tuple(referenceValues.shape)})")
+    if op == WarpOperation.Interpolate:
+        if referenceValues is None:
+            raise ValueError(f"{_WHERE}: Interpolate needs referenceValues (or queryValues)")
+        if referenceVolumes is None and getattr(referenceParticles, "densities", None) is None:
+            raise ValueError(f"{_WHERE}: Interpolate without volumes uses V_j = m_j / rho_j and "
+                             "needs referenceParticles.densities (or pass referenceVolumes)")
+        flat, shape, F = _flattenField(referenceValues)
+        out = launchOperator(operatorEntry(op).spec, ctx, referenceValues=flat, fieldWidth=F)
+        return out.reshape((nQ,) + shape)
+    if queryValues is None or referenceValues is None:
+        raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
+    operatorEntry(op)  # raises NotImplementedError until ported
+    raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented yet")  # pragma: no cover

@@ -1,0 +1,53 @@
+"""Operator kernels and their declarations (one module per operator: pair term, kernel, spec).
+
+`OPERATORS` is the registry table iterated by dispatch, tests and docs: per `WarpOperation`,
+the `OperatorSpec`, the dimensions and scalar types it is compiled for, the corrections it
+applies (`operators.md` §5) and a one-line formula. Operators not listed are not implemented
+yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..enumTypes import WarpOperation
+from .density import DENSITY_SPEC
+from .interpolate import INTERPOLATE_SPEC
+
+__all__ = ["OperatorEntry", "OPERATORS", "operatorEntry"]
+
+
+@dataclass(frozen=True)
+class OperatorEntry:
+    """One row of the operator registry."""
+
+    operation: WarpOperation
+    spec: object
+    formula: str
+    dims: tuple = (1, 2, 3)
+    dtypes: tuple = (torch.float32, torch.float64)
+    volumes: bool = False
+    crk: bool = False
+    gradH: bool = False
+    renormalization: bool = False
+    needsValues: bool = False
+
+
+OPERATORS = {
+    WarpOperation.Density: OperatorEntry(
+        WarpOperation.Density, DENSITY_SPEC, "rho_i = sum_j m_j W_ij"),
+    WarpOperation.Interpolate: OperatorEntry(
+        WarpOperation.Interpolate, INTERPOLATE_SPEC, "f_i = sum_j f_j V_j W^R_ij",
+        volumes=True, crk=True, needsValues=True),
+}
+
+
+def operatorEntry(operation) -> OperatorEntry:
+    """The registry row of `operation`; NotImplementedError for operators not ported yet."""
+    op = WarpOperation(operation)
+    try:
+        return OPERATORS[op]
+    except KeyError:
+        raise NotImplementedError(f"warpOperation: {op.name} is not implemented yet") from None

@@ -1,0 +1,96 @@
+"""Lift one pair term to both neighbour traversals (CSR and grid) — one physics definition,
+many uses (STYLE.md §1).
+
+`makeNeighborSum(pairTerm, tag)` returns a Warp function
+
+    neighborSum(useAdjacency, adj, grid, i, k, F, q, r, dom, corr, ks, extra) -> scalar
+
+that sums ``pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)`` over the neighbours j of query
+i: the CSR row of `adj` when `useAdjacency`, else the 3^d grid stencil around the query's
+current cell. `k` and `F` are the flat field component and field width (Density ignores
+them); `extra` is the operator's value input (any array or struct).
+
+Pitfalls shaping the structure (`warp-pitfalls.md`):
+
+* every runtime-bound loop lives in its own `@wp.func` that only accumulates with ``+=`` and
+  returns the sum (W3, W4, W71); the grid's nested loop (stencil cells x slots in a cell) has
+  its inner loop in a separate function (W72);
+* no ``continue``/``break``: skips are ``if cond: acc += term`` (W73);
+* everything per pair (x_i, h_i, corrections of i) is read inside `pairTerm`, never carried
+  into a loop from outside it (W71);
+* reference indices outside ``[0, N_r)`` are skipped (corrupted structures stay memory-safe).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..kernels.geometry import computeDistanceVec
+from ..neighborhood.traversal import checkOffset, getIndexRange, gridQueryCell
+
+__all__ = ["makeNeighborSum", "pairVector"]
+
+
+@wp.func
+def pairVector(xi: Any, xj: Any, dom: Any):
+    """x_ij = x_i - x_j with the minimum image on periodic axes (`operators.md` §8.2): the
+    one definition `kernels.geometry.computeDistanceVec`, read from the domain struct."""
+    return computeDistanceVec(xi, xj, dom.domainMin, dom.domainMax, dom.periodicity, dom.dim)
+
+
+def _named(fn, name: str):
+    fn.__name__ = name
+    fn.__qualname__ = name
+    return wp.func(fn)
+
+
+def makeNeighborSum(pairTerm, tag: str):
+    """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`)."""
+
+    def csrSum(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
+               corr: Any, ks: Any, extra: Any):
+        rng = getIndexRange(adj, i)
+        nR = r.masses.shape[0]
+        acc = type(ks.normalizationCoefficient)(0.0)
+        for e in range(rng[0], rng[0] + rng[1]):
+            j = wp.int32(adj.neighborList[e])
+            if j >= 0 and j < nR:
+                acc += pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)
+        return acc
+
+    def cellSum(grid: Any, first: wp.int32, count: wp.int32, i: wp.int32, k: wp.int32,
+                F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
+        nR = r.masses.shape[0]
+        acc = type(ks.normalizationCoefficient)(0.0)
+        for slot in range(first, first + count):
+            j = wp.int32(grid.sortIndex[slot])
+            if j >= 0 and j < nR:
+                acc += pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)
+        return acc
+
+    cellSumF = _named(cellSum, f"cellSum_{tag}")
+
+    def gridSum(grid: Any, cell: wp.vec3l, i: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
+        acc = type(ks.normalizationCoefficient)(0.0)
+        for o in range(grid.numOffsets):
+            rng = checkOffset(grid, cell, o)
+            acc += cellSumF(grid, rng[0], rng[1], i, k, F, q, r, dom, corr, ks, extra)
+        return acc
+
+    csrSumF = _named(csrSum, f"csrSum_{tag}")
+    gridSumF = _named(gridSum, f"gridSum_{tag}")
+
+    def neighborSum(useAdjacency: wp.bool, adj: Any, grid: Any, i: wp.int32, k: wp.int32,
+                    F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
+        acc = type(ks.normalizationCoefficient)(0.0)
+        if useAdjacency:
+            acc = csrSumF(adj, i, k, F, q, r, dom, corr, ks, extra)
+        else:
+            cell = gridQueryCell(grid, q.positions[i])
+            acc = gridSumF(grid, cell, i, k, F, q, r, dom, corr, ks, extra)
+        return acc
+
+    return _named(neighborSum, f"neighborSum_{tag}")

@@ -1,0 +1,113 @@
+"""Interpolate (`operators.md` §2.2): fbar_i = sum_j f_j V_j W^R_ij.
+
+* V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (reference masses and
+  densities; `operators.md` §4.1). Query volumes are never read.
+* W^R_ij = A_i (1 + B_i . x_ij) W_ij with CRK (query-side A, B only; `operators.md` §4.3),
+  else W_ij. Grad-h and renormalization are accepted and not applied.
+* The field is flattened to width F (``referenceValues`` flat ``[N_r * F]``, row-major): one
+  thread per output element (i, k), ``out[i * F + k] = N sum_j f_j[k] V_j W^R_ij`` with the
+  calibration factor N (or 1). F is a run-time SCALAR extra, so one compiled overload per
+  (scalar type, d) serves every field shape (`testing.md` §17).
+* Kinds masking as in `operators.md` §6; a masked query row is exactly 0.
+
+Derivatives: reverse mode w.r.t. positions, supports, reference masses and densities,
+values, reference volumes and the CRK A, B (through `StateAwareWarpFunction`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import getCRK_i, getVolume_j
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernel_ij
+from ..util.precision import warpScalar
+from ._traversal import makeNeighborSum, pairVector
+
+__all__ = ["apparentVolume_j", "crkKernel_ij", "interpolatePairTerm", "interpolateKernel",
+           "INTERPOLATE_SPEC"]
+
+
+@wp.func
+def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
+    """V_j: referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities).
+
+    Explicit if/else around every array read (W1)."""
+    useVolume, vol = getVolume_j(corr, j)
+    V_j = vol
+    if not useVolume:
+        if r.hasDensities:
+            V_j = r.masses[j] / r.densities[j]
+        else:
+            V_j = type(vol)(0.0)
+    return V_j
+
+
+@wp.func
+def crkKernel_ij(corr: Any, i: wp.int32, x_ij: Any, W_ij: Any):
+    """W^R_ij = A_i (1 + B_i . x_ij) W_ij with CRK, else W_ij."""
+    useCRK, A_i, B_i = getCRK_i(corr, i)
+    res = W_ij
+    if useCRK:
+        res = A_i * (type(W_ij)(1.0) + wp.dot(B_i, x_ij)) * W_ij
+    return res
+
+
+# inline=False: one compiled copy shared by the CSR and grid traversals (halves the cold
+# compile time per overload, testing.md §17).
+@wp.func(inline=False)
+def interpolatePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                        dom: Any, corr: Any, ks: Any, extra: Any):
+    """f_j[k] V_j W^R_ij if reference j passes the mode's reference test, else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        W_ij = sphKernel_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
+                            ks.kernelFunction, dom.dim)
+        WR_ij = crkKernel_ij(corr, i, x_ij, W_ij)
+        res = extra[j * F + k] * apparentVolume_j(r, corr, j) * WR_ij
+    return res
+
+
+interpolateNeighborSum = makeNeighborSum(interpolatePairTerm, "interpolate")
+
+
+@wp.kernel
+def interpolateKernel(queryState: Any, referenceState: Any, domainState: Any,
+                      useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                      correctionData: Any, kernelProperties: Any,
+                      referenceValues: wp.array(dtype=Any), fieldWidth: wp.int32,
+                      out: wp.array(dtype=Any)):
+    """out[i F + k] = N sum_j f_j[k] V_j W^R_ij; 0 for a masked query."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = interpolateNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+                                     queryState, referenceState, domainState, correctionData,
+                                     ks, referenceValues)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    return (ctx.numQueries * int(extras["fieldWidth"]),)
+
+
+INTERPOLATE_SPEC = OperatorSpec(
+    kernel=interpolateKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("referenceValues", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    jvp=JVPSpec(referenceValueExtra="referenceValues"),
+)
