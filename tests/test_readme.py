@@ -17,3 +17,7 @@ def test_readme_quickstart_runs():
     adjacency = namespace["adjacency"]
     mean = adjacency.numNeighbors.double().mean().item()
     assert 24 < mean < 33  # pi * 3^2 ~ 28.3 for a lattice with support 3 dx
+    rho = namespace["rho"]
+    assert abs(rho.mean().item() - 1.0) < 0.02  # unit density on a near-perfect lattice
+    grad = namespace["positions"].grad
+    assert grad is not None and grad.abs().max().item() > 0
