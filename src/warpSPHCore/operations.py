@@ -1,8 +1,8 @@
 """Public operator entry point `warpOperation` (`operators.md` §7.1).
 
 Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape, then
-dispatch through `launchOperator` (`autodiff.md` §2). Implemented operators: Density and
-Interpolate; the others raise NotImplementedError.
+dispatch through `launchOperator` (`autodiff.md` §2). Implemented operators: Density,
+Interpolate, Gradient and Covariance; the others raise NotImplementedError.
 """
 
 from __future__ import annotations
@@ -163,6 +163,10 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     Interpolate: ``f_i = sum_j f_j V_j W^R_ij`` -> ``[N_q, *S]`` with
     ``S = referenceValues.shape[1:]``; V_j = referenceVolumes[j] or m_j / rho_j; W^R with a
     `CRKState` (A, B), else W.
+    Gradient: ``out_i = sum_j c_ij (x) G_ij`` -> ``[N_q, *S, d]`` (derivative last; schemes
+    Naive, Symmetric, Difference, Summation; grad-h divides f_j only; CRK then L_i).
+    Covariance: ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` -> ``[N_q, d, d]``, or ``(C, n)`` with
+    the int32 count of ``W^R_ij > 0`` when `covarianceReturnNumNeighbors`.
 
     Args:
         queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, kinds int32,
@@ -182,8 +186,9 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         consistentDivergence, covarianceReturnNumNeighbors: for Divergence / Covariance.
 
     Returns:
-        Tensor on the input device with the input dtype. Reverse-mode autograd flows to
-        positions, supports, masses, densities, values, volumes and CRK A, B.
+        Tensor (Covariance with counts: a tuple) on the input device with the input dtype.
+        Reverse-mode autograd flows to positions, supports, masses, densities, values,
+        volumes, CRK A, B (and gradA, gradB, Omega, L for Gradient / Covariance).
 
     Raises:
         TypeError: mixed or unsupported dtypes, wrong argument types.
@@ -257,7 +262,11 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     if op == WarpOperation.Density:
         return launchOperator(operatorEntry(op).spec, ctx)
     if op == WarpOperation.Covariance:
-        operatorEntry(op)  # raises NotImplementedError until ported
+        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
+                             crkState, None, renorm, nQ, nR, d, op)
+        C, n = launchOperator(operatorEntry(op).spec, ctx)
+        C = C.reshape(nQ, d, d)
+        return (C, n) if covarianceReturnNumNeighbors else C
 
     # value operators
     if queryValues is None and referenceValues is None:
@@ -282,5 +291,51 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         return out.reshape((nQ,) + shape)
     if queryValues is None or referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
+    if op == WarpOperation.Gradient:
+        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
+                             crkState, gradH, renorm, nQ, nR, d, op)
+        qFlat, shape, F = _flattenField(queryValues)
+        rFlat, _, _ = _flattenField(referenceValues)
+        out = launchOperator(operatorEntry(op).spec, ctx, values=torch.cat((qFlat, rFlat)),
+                             fieldWidth=F)
+        return out.reshape((nQ,) + shape + (d,))
     operatorEntry(op)  # raises NotImplementedError until ported
     raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented yet")  # pragma: no cover
+
+
+def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gradH, renorm,
+                         nQ, nR, d, op):
+    """Validation of the corrected-gradient operators (Gradient, Covariance; `operators.md`
+    §2.3, §2.7, §4): densities, complete CRK, Omega and L shapes."""
+    from .enumTypes import GradientScheme
+
+    name = op.name
+    if (op == WarpOperation.Gradient
+            and GradientScheme(props.gradientMode) == GradientScheme.Symmetric):
+        for role, p in (("queryParticles", query), ("referenceParticles", reference)):
+            if getattr(p, "densities", None) is None:
+                raise ValueError(f"{_WHERE}: Gradient (Symmetric) uses m_j rho_i (f_i/rho_i^2 + "
+                                 f"f_j/rho_j^2) and needs {role}.densities (even with volumes)")
+    elif referenceVolumes is None and getattr(reference, "densities", None) is None:
+        raise ValueError(f"{_WHERE}: {name} without volumes uses V_j = m_j / rho_j and needs "
+                         "referenceParticles.densities (or pass referenceVolumes)")
+    if crkState is not None:
+        gA, gB = getattr(crkState, "gradA", None), getattr(crkState, "gradB", None)
+        if gA is None or gB is None:
+            raise ValueError(f"{_WHERE}: {name} uses the corrected gradient and needs "
+                             "crkState.gradA [N_q, d] and crkState.gradB [N_q, d, d] (got None)")
+        if tuple(gA.shape) != (nQ, d) or tuple(gB.shape) != (nQ, d, d):
+            raise ValueError(f"{_WHERE}: crkState gradA/gradB have shapes {tuple(gA.shape)}/"
+                             f"{tuple(gB.shape)}; accepted: [{nQ}, {d}] / [{nQ}, {d}, {d}]")
+    if gradH is not None:
+        qO = gradH.queryOmegas
+        rO = getattr(gradH, "referenceOmegas", None)
+        rO = qO if rO is None else rO
+        if tuple(qO.shape) != (nQ,) or tuple(rO.shape) != (nR,):
+            raise ValueError(f"{_WHERE}: gradHState Omegas have shapes {tuple(qO.shape)}/"
+                             f"{tuple(rO.shape)} (query/reference); accepted: [{nQ}] / [{nR}]")
+    if renorm is not None:
+        L = renorm.renormalizationMatrices
+        if tuple(L.shape) != (nQ, d, d):
+            raise ValueError(f"{_WHERE}: renormalizationState.renormalizationMatrices has shape "
+                             f"{tuple(L.shape)}; accepted: [{nQ}, {d}, {d}]")

@@ -240,3 +240,125 @@ def leaves(*tensors):
 
 
 GRADCHECK = dict(eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def pairKernelGradient(kernel: int, d: int, x, hq, hr, mode: int):
+    """grad W_ij [N_q, N_r, d] under the pairwise support rule (kernels.md §6)."""
+    nq, nr = x.shape[0], x.shape[1]
+    X = x.reshape(-1, d)
+    Hi = np.repeat(np.asarray(hq, np.float64), nr)
+    Hj = np.tile(np.asarray(hr, np.float64), nq)
+    G = kr.pairValue(lambda h: kr.gradW(int(kernel), d, X, h), int(mode), Hi, Hj)
+    return np.asarray(G).reshape(nq, nr, d)
+
+
+def gradientReference(query, domain, props, queryValues, referenceValues=None, reference=None,
+                      volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
+    """out_i = N sum_j c_ij (x) G_ij, derivative last (operators.md §2.3, §4.2-4.4).
+
+    crk: (A [N_q], B [N_q, d], gradA [N_q, d], gradB [N_q, d, d]) with gradB[i, k, c] =
+    d_k B_c; omegas: reference Omega [N_r] (f_j -> f_j / Omega_j only); renorm: L [N_q, d, d].
+    Returns [N_q, *S, d]."""
+    ref = query if reference is None else reference
+    if referenceValues is None:
+        referenceValues = queryValues
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    nq, nr = query.positions.shape[0], ref.positions.shape[0]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    hq, hr = _np(query.supports), _np(ref.supports)
+    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
+    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
+    if crk is not None:
+        A, B, gA, gB = (_np(t) for t in crk)
+        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
+        gBx = np.einsum("igc,ijc->ijg", gB, x)  # (grad B x)_g = sum_c gradB[g, c] x_c
+        G = (A[:, None, None] * W[..., None] * B[:, None, :]
+             + (A[:, None] * s)[..., None] * G
+             + (s * W)[..., None] * gA[:, None, :]
+             + (A[:, None] * W)[..., None] * gBx)
+    if renorm is not None:
+        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    fq = _np(queryValues).reshape(nq, -1)
+    fr = _np(referenceValues).reshape(nr, -1)
+    if omegas is not None:
+        fr = fr / _np(omegas)[:, None]
+    scheme = int(props.gradientMode)
+    if scheme == 2:
+        rq, rr, m = _np(query.densities), _np(ref.densities), _np(ref.masses)
+        c = m[None, :, None] * rq[:, None, None] * (fq[:, None, :] / rq[:, None, None] ** 2
+                                                    + fr[None, :, :] / rr[None, :, None] ** 2)
+    else:
+        V = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
+        if scheme == 3:
+            c = fr[None, :, :] - fq[:, None, :]
+        elif scheme == 4:
+            c = fr[None, :, :] + fq[:, None, :]
+        else:
+            c = np.broadcast_to(fr[None, :, :], (nq, nr, fr.shape[1]))
+        c = c * V[None, :, None]
+    qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
+    out = np.einsum("ija,ijg,j->iag", c, G, rm.astype(np.float64))
+    out = factor * np.where(qm[:, None, None], out, 0.0)
+    return out.reshape((nq,) + tuple(_np(referenceValues).shape[1:]) + (d,))
+
+
+def covarianceReference(query, domain, props, reference=None, volumes=None, crk=None,
+                        renorm=None, factor=1.0):
+    """(C [N_q, d, d], n [N_q]) of operators.md §2.7: C_i = N sum_j V_j (x_j - x_i) (x) G_ij
+    (rows: position component) and n_i = #{admitted j : W^R_ij > 0}; masked queries 0."""
+    ref = query if reference is None else reference
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    hq, hr = _np(query.supports), _np(ref.supports)
+    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
+    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
+    WR = W
+    if crk is not None:
+        A, B, gA, gB = (_np(t) for t in crk)
+        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
+        gBx = np.einsum("igc,ijc->ijg", gB, x)
+        G = (A[:, None, None] * W[..., None] * B[:, None, :]
+             + (A[:, None] * s)[..., None] * G
+             + (s * W)[..., None] * gA[:, None, :]
+             + (A[:, None] * W)[..., None] * gBx)
+        WR = A[:, None] * s * W
+    if renorm is not None:
+        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    V = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
+    qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
+    C = np.einsum("ija,ijb,j->iab", -x, G, V * rm)
+    C = factor * np.where(qm[:, None, None], C, 0.0)
+    n = ((WR > 0) & rm[None, :]).sum(axis=1)
+    n = np.where(qm, n, 0).astype(np.int32)
+    return C, n
+
+
+def randomCorrections(nq, nr, d, dtype, device, seed):
+    """Well-conditioned random CRK (A, B, gradA, gradB), reference Omegas, L and volumes."""
+    g = torch.Generator().manual_seed(seed)
+    f64 = torch.float64
+    A = 1.0 + 0.2 * torch.rand(nq, generator=g, dtype=f64)
+    B = 0.3 * torch.randn(nq, d, generator=g, dtype=f64)
+    gA = 0.3 * torch.randn(nq, d, generator=g, dtype=f64)
+    gB = 0.3 * torch.randn(nq, d, d, generator=g, dtype=f64)
+    om = 0.8 + 0.4 * torch.rand(nr, generator=g, dtype=f64)
+    L = torch.eye(d, dtype=f64) + 0.2 * torch.randn(nq, d, d, generator=g, dtype=f64)
+    vol = 0.5 + torch.rand(nr, generator=g, dtype=f64)
+    cast = dict(dtype=dtype, device=device)
+    return dict(crk=tuple(t.to(**cast) for t in (A, B, gA, gB)), omegas=om.to(**cast),
+                L=L.to(**cast), vol=vol.to(**cast))
+
+
+def randomCorrectionTensors(nq, nr, d, device, seed):
+    """(volumes [N_r], Omega [N_r], A, B, gradA, gradB, L): well-conditioned random values."""
+    g = torch.Generator().manual_seed(seed)
+    vol = 0.05 + 0.1 * torch.rand(nr, generator=g, dtype=torch.float64)
+    om = 0.8 + 0.4 * torch.rand(nr, generator=g, dtype=torch.float64)
+    A = 1.0 + 0.2 * torch.rand(nq, generator=g, dtype=torch.float64)
+    B = 0.3 * torch.randn(nq, d, generator=g, dtype=torch.float64)
+    gA = 0.3 * torch.randn(nq, d, generator=g, dtype=torch.float64)
+    gB = 0.3 * torch.randn(nq, d, d, generator=g, dtype=torch.float64)
+    L = torch.eye(d, dtype=torch.float64) + 0.2 * torch.randn(nq, d, d, generator=g, dtype=torch.float64)
+    return [t.to(device) for t in (vol, om, A, B, gA, gB, L)]

@@ -121,7 +121,8 @@ def test_struct_for():
 
 
 def test_registry_table():
-    assert set(OPERATORS) == {WarpOperation.Density, WarpOperation.Interpolate}
+    assert set(OPERATORS) == {WarpOperation.Density, WarpOperation.Interpolate,
+                              WarpOperation.Gradient, WarpOperation.Covariance}
     assert OPERATORS[WarpOperation.Density].spec is DENSITY_SPEC
     assert OPERATORS[WarpOperation.Interpolate].spec is INTERPOLATE_SPEC
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from ..enumTypes import WarpOperation
+from .covariance import COVARIANCE_SPEC
 from .density import DENSITY_SPEC
+from .gradient import GRADIENT_SPEC
 from .interpolate import INTERPOLATE_SPEC
 
 __all__ = ["OperatorEntry", "OPERATORS", "operatorEntry"]
@@ -41,6 +43,13 @@ OPERATORS = {
     WarpOperation.Interpolate: OperatorEntry(
         WarpOperation.Interpolate, INTERPOLATE_SPEC, "f_i = sum_j f_j V_j W^R_ij",
         volumes=True, crk=True, needsValues=True),
+    WarpOperation.Gradient: OperatorEntry(
+        WarpOperation.Gradient, GRADIENT_SPEC, "grad f_i = sum_j c_ij (x) G_ij (derivative last)",
+        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+    WarpOperation.Covariance: OperatorEntry(
+        WarpOperation.Covariance, COVARIANCE_SPEC,
+        "C_i = sum_j V_j (x_j - x_i) (x) G_ij (+ int32 count of W^R_ij > 0)",
+        volumes=True, crk=True, renormalization=True),
 }
 
 

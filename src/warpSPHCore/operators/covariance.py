@@ -1,0 +1,107 @@
+"""Covariance (`operators.md` §2.7): C_i = sum_j V_j (x_j - x_i) (x) G_ij, plus the int32
+neighbour count n_i = #{mode-admitted visited j : W^R_ij > 0} (self included).
+
+* x_j - x_i = -x_ij (minimum image); rows index the position component, columns the gradient
+  component: ``C_i[a, b] = sum_j V_j (-x_ij[a]) G_ij[b]``.
+* G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: CRK, then L_i G);
+  W^R_ij: `corrected.correctedKernel_ij`. V_j = ``referenceVolumes[j]`` or m_j / rho_j.
+  Grad-h is accepted and ignored.
+* One thread per output element: ``N_q (d^2 + 1)`` threads; thread (i, k) with ``k < d^2``
+  writes ``C[i d^2 + k]`` (k = a d + b), thread (i, d^2) writes ``count[i]``. Both come from
+  one pair term (component ``k == d^2`` is the count), so the CSR and grid traversals are
+  compiled once. The lattice calibration factor multiplies C (not the count).
+* Kinds masking as in `operators.md` §6: a masked query has C = 0 and count 0.
+
+Derivatives: reverse mode w.r.t. positions, supports, masses, densities, reference volumes,
+CRK A, B, gradA, gradB and L; the count is non-differentiable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernel_ij
+from ..util.precision import warpScalar
+from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedGradient_ij, correctedKernel_ij
+from .interpolate import apparentVolume_j
+
+__all__ = ["covariancePairTerm", "covarianceKernel", "COVARIANCE_SPEC"]
+
+
+# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+@wp.func(inline=False)
+def covariancePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       dom: Any, corr: Any, ks: Any, extra: Any):
+    """k < F = d^2: V_j (-x_ij[a]) G_ij[b] (k = a d + b); k == F: 1 if W^R_ij > 0. 0 for a
+    reference masked by the mode."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        if k < F:
+            a = k / dom.dim
+            b = k - a * dom.dim
+            G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
+            res = -apparentVolume_j(r, corr, j) * x_ij[a] * G[b]
+        else:
+            W_ij = sphKernel_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
+                                ks.kernelFunction, dom.dim)
+            WR_ij = correctedKernel_ij(corr, i, x_ij, W_ij)
+            if WR_ij > type(WR_ij)(0.0):
+                res = type(res)(1.0)
+    return res
+
+
+covarianceNeighborSum = makeNeighborSum(covariancePairTerm, "covariance")
+
+
+@wp.kernel
+def covarianceKernel(queryState: Any, referenceState: Any, domainState: Any,
+                     useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                     correctionData: Any, kernelProperties: Any, out: wp.array(dtype=Any),
+                     count: wp.array(dtype=wp.int32)):
+    """out[i d^2 + a d + b] = N C_i[a, b]; count[i] = n_i; zeros for a masked query."""
+    tid = wp.tid()
+    dd = domainState.dim * domainState.dim
+    i = tid / (dd + 1)
+    k = tid - i * (dd + 1)
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = covarianceNeighborSum(useAdjacency, adjacencyState, gridState, i, k, dd,
+                                    queryState, referenceState, domainState, correctionData, ks,
+                                    referenceState.masses)
+    if k < dd:
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+        out[i * dd + k] = val
+    else:
+        count[i] = wp.int32(val + type(val)(0.5))
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _matrixShape(ctx, extras):
+    d = int(ctx.domain.dim)
+    return (ctx.numQueries * d * d,)
+
+
+def _numThreads(ctx, extras):
+    d = int(ctx.domain.dim)
+    return ctx.numQueries * (d * d + 1)
+
+
+COVARIANCE_SPEC = OperatorSpec(
+    kernel=covarianceKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_matrixShape),
+             OutputSpec(dtype=wp.int32, shape=lambda ctx, extras: (ctx.numQueries,))),
+    extras=(),
+    numThreads=_numThreads,
+    jvp=JVPSpec(),
+)

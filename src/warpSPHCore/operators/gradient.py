@@ -1,0 +1,127 @@
+"""Gradient (`operators.md` §2.3): out_i = sum_j c_ij (x) G_ij, derivative-last.
+
+* G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
+  renormalization L_i G; query-side terms only).
+* c_ij per `GradientScheme` (f_j -> f_j / Omega_j under grad-h; f_i is never divided):
+
+  ============== =========================================================
+  Naive (1)      f_j V_j
+  Symmetric (2)  m_j rho_i (f_i / rho_i^2 + f_j / rho_j^2)  (masses, densities even with
+                 volumes)
+  Difference (3) (f_j - f_i) V_j
+  Summation (4)  (f_j + f_i) V_j
+  ============== =========================================================
+
+  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
+* Values: one flat array ``[N_q F | N_r F]`` (query values first, then reference values,
+  row-major per particle), passed as the TENSOR extra ``values`` with the SCALAR extra
+  ``fieldWidth`` = F. One thread per output element (i, a, delta):
+  ``out[i F d + a d + delta] = N sum_j c_ij[a] G_ij[delta]`` (N: calibration factor or 1),
+  so one compiled overload per (scalar type, d) serves every field shape (`testing.md` §17).
+* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  skipped.
+
+Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
+Forward-mode tangents: not yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import getGradH_j
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..util.precision import warpScalar
+from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedGradient_ij
+from .interpolate import apparentVolume_j
+
+__all__ = ["gradientCoefficient_ij", "gradientPairTerm", "gradientKernel", "GRADIENT_SPEC"]
+
+
+@wp.func
+def gradientCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, values: Any):
+    """c_ij[a] of the call's gradient scheme; values = [query N_q F | reference N_r F]."""
+    offset = q.masses.shape[0] * F
+    f_j = values[offset + j * F + a]
+    f_i = values[i * F + a]
+    useGradH, omega_j = getGradH_j(corr, j)
+    if useGradH:
+        f_j = f_j / omega_j
+    c = type(f_j)(0.0)
+    scheme = ks.gradientMode
+    if scheme == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_i = q.densities[i]
+            rho_j = r.densities[j]
+            c = r.masses[j] * rho_i * (f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j))
+    else:
+        V_j = apparentVolume_j(r, corr, j)
+        if scheme == 3:
+            c = (f_j - f_i) * V_j
+        elif scheme == 4:
+            c = (f_j + f_i) * V_j
+        else:
+            c = f_j * V_j
+    return c
+
+
+# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+@wp.func(inline=False)
+def gradientPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                     dom: Any, corr: Any, ks: Any, extra: Any):
+    """c_ij[a] G_ij[delta] (k = a d + delta) if reference j passes the mode's test, else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        a = k / dom.dim
+        delta = k - a * dom.dim
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
+        res = gradientCoefficient_ij(i, j, a, F, q, r, corr, ks, extra) * G[delta]
+    return res
+
+
+gradientNeighborSum = makeNeighborSum(gradientPairTerm, "gradient")
+
+
+@wp.kernel
+def gradientKernel(queryState: Any, referenceState: Any, domainState: Any,
+                   useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                   correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
+                   fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """out[i F d + a d + delta] = N sum_j c_ij[a] G_ij[delta]; 0 for a masked query."""
+    tid = wp.tid()
+    Fd = fieldWidth * domainState.dim
+    i = tid / Fd
+    k = tid - i * Fd
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = gradientNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+                                  queryState, referenceState, domainState, correctionData, ks,
+                                  values)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    return (ctx.numQueries * int(extras["fieldWidth"]) * int(ctx.domain.dim),)
+
+
+GRADIENT_SPEC = OperatorSpec(
+    kernel=gradientKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("values", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    jvp=JVPSpec(),
+)
