@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from warpSPHCore import (
+    CRKState,
     DomainDescription,
     KernelFunctions,
     OperationProperties,
@@ -362,3 +363,34 @@ def randomCorrectionTensors(nq, nr, d, device, seed):
     gB = 0.3 * torch.randn(nq, d, d, generator=g, dtype=torch.float64)
     L = torch.eye(d, dtype=torch.float64) + 0.2 * torch.randn(nq, d, d, generator=g, dtype=torch.float64)
     return [t.to(device) for t in (vol, om, A, B, gA, gB, L)]
+
+
+def correctionInputs(corr, c):
+    """The correction tensors differentiated for the correction set `corr`."""
+    vol, om, A, B, gA, gB, L = c
+    out = []
+    if "volumes" in corr:
+        out.append(vol)
+    if "gradH" in corr:
+        out.append(om)
+    if "crk" in corr:
+        out += [A, B, gA, gB]
+    if "renorm" in corr:
+        out.append(L)
+    return out
+
+
+def correctionKwargs(corr, tensors):
+    """Keyword arguments of warpOperation for the correction set `corr` (tensors in the
+    order of `correctionInputs`)."""
+    it = iter(tensors)
+    kw = {}
+    if "volumes" in corr:
+        kw["referenceVolumes"] = next(it)
+    if "gradH" in corr:
+        kw["gradHState"] = next(it)
+    if "crk" in corr:
+        kw["crkState"] = CRKState(next(it), next(it), next(it), next(it))
+    if "renorm" in corr:
+        kw["renormalizationState"] = next(it)
+    return kw

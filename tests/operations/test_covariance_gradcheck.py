@@ -14,6 +14,8 @@ import torch
 from sph_reference import (
     GRADCHECK,
     TRAVERSALS,
+    correctionInputs,
+    correctionKwargs,
     leaves,
     makeDomain,
     marginCloud,
@@ -23,36 +25,12 @@ from sph_reference import (
     randomCorrectionTensors,
 )
 
-from warpSPHCore import CRKState, ParticleState, SupportScheme, WarpOperation
+from warpSPHCore import ParticleState, SupportScheme, WarpOperation
 from warpSPHCore.operations import warpOperation
 
 F64 = torch.float64
 COV = WarpOperation.Covariance
 CORRECTIONS = ("none", "volumes", "crk", "renorm", "crk+renorm+volumes")
-
-
-def _inputs(corr, c):
-    vol, _, A, B, gA, gB, L = c
-    out = []
-    if "volumes" in corr:
-        out.append(vol)
-    if "crk" in corr:
-        out += [A, B, gA, gB]
-    if "renorm" in corr:
-        out.append(L)
-    return out
-
-
-def _kwargs(corr, ct):
-    it = iter(ct)
-    kw = {}
-    if "volumes" in corr:
-        kw["referenceVolumes"] = next(it)
-    if "crk" in corr:
-        kw["crkState"] = CRKState(next(it), next(it), next(it), next(it))
-    if "renorm" in corr:
-        kw["renormalizationState"] = next(it)
-    return kw
 
 
 def _check(q, r, dom, pr, traversal, corr):
@@ -61,23 +39,23 @@ def _check(q, r, dom, pr, traversal, corr):
     adj = neighbourStructure(traversal, q, dom, r)
     if r is None:
         c = randomCorrectionTensors(nq, nq, d, dev, seed=3)
-        inputs = leaves(q.positions, q.supports, q.masses, q.densities, *_inputs(corr, c))
+        inputs = leaves(q.positions, q.supports, q.masses, q.densities, *correctionInputs(corr, c))
 
         def fn(pos, h, m, rho, *ct):
             p = ParticleState(pos, h, m, q.kinds, rho)
             return warpOperation(p, pr, dom, adjacency=adj, covarianceReturnNumNeighbors=True,
-                                 **_kwargs(corr, ct))
+                                 **correctionKwargs(corr, ct))
     else:
         nr = r.positions.shape[0]
         c = randomCorrectionTensors(nq, nr, d, dev, seed=4)
         inputs = leaves(q.positions, q.supports, r.positions, r.supports, r.masses, r.densities,
-                        *_inputs(corr, c))
+                        *correctionInputs(corr, c))
 
         def fn(qp, qh, rp, rh, rm, rrho, *ct):
             query = ParticleState(qp, qh, q.masses, q.kinds, q.densities)
             ref = ParticleState(rp, rh, rm, r.kinds, rrho)
             return warpOperation(query, pr, dom, adjacency=adj, referenceParticles=ref,
-                                 covarianceReturnNumNeighbors=True, **_kwargs(corr, ct))
+                                 covarianceReturnNumNeighbors=True, **correctionKwargs(corr, ct))
 
     C, n = fn(*inputs)
     assert n.dtype == torch.int32 and not n.requires_grad

@@ -17,6 +17,8 @@ import torch
 from sph_reference import (
     GRADCHECK,
     TRAVERSALS,
+    correctionInputs,
+    correctionKwargs,
     leaves,
     makeDomain,
     marginCloud,
@@ -27,7 +29,6 @@ from sph_reference import (
 )
 
 from warpSPHCore import (
-    CRKState,
     GradientScheme,
     KernelFunctions,
     ParticleState,
@@ -46,46 +47,17 @@ def _field(n, shape, device, seed):
     return torch.randn((n,) + shape, generator=g, dtype=F64).to(device)
 
 
-def _corrInputs(corr, c):
-    """The correction tensors differentiated for the correction set `corr`."""
-    vol, om, A, B, gA, gB, L = c
-    out = []
-    if "volumes" in corr:
-        out.append(vol)
-    if "gradH" in corr:
-        out.append(om)
-    if "crk" in corr:
-        out += [A, B, gA, gB]
-    if "renorm" in corr:
-        out.append(L)
-    return out
-
-
-def _corrKwargs(corr, tensors):
-    it = iter(tensors)
-    kw = {}
-    if "volumes" in corr:
-        kw["referenceVolumes"] = next(it)
-    if "gradH" in corr:
-        kw["gradHState"] = next(it)
-    if "crk" in corr:
-        kw["crkState"] = CRKState(next(it), next(it), next(it), next(it))
-    if "renorm" in corr:
-        kw["renormalizationState"] = next(it)
-    return kw
-
-
 def _aliasedCheck(q, dom, pr, traversal, shape=(), corr="none"):
     n, d = q.positions.shape
     adj = neighbourStructure(traversal, q, dom)
     f = _field(n, shape, q.positions.device, seed=1)
     c = randomCorrectionTensors(n, n, d, q.positions.device, seed=3)
-    inputs = leaves(q.positions, q.supports, q.masses, q.densities, f, *_corrInputs(corr, c))
+    inputs = leaves(q.positions, q.supports, q.masses, q.densities, f, *correctionInputs(corr, c))
 
     def fn(pos, h, m, rho, values, *ct):
         p = ParticleState(pos, h, m, q.kinds, rho)
         return warpOperation(p, pr, dom, queryValues=values, adjacency=adj,
-                             **_corrKwargs(corr, ct))
+                             **correctionKwargs(corr, ct))
 
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
 
@@ -99,12 +71,12 @@ def _distinctCheck(q, r, dom, pr, traversal, shape, corr):
     fr = _field(nr, shape, dev, seed=5)
     c = randomCorrectionTensors(nq, nr, d, dev, seed=6)
     inputs = leaves(q.positions, q.supports, q.densities, fq, r.positions, r.supports, r.masses,
-                    r.densities, fr, *_corrInputs(corr, c))
+                    r.densities, fr, *correctionInputs(corr, c))
 
     def fn(qp, qh, qrho, fqv, rp, rh, rm, rrho, frv, *ct):
         query = ParticleState(qp, qh, q.masses, q.kinds, qrho)
         ref = ParticleState(rp, rh, rm, r.kinds, rrho)
-        kw = _corrKwargs(corr, ct)
+        kw = correctionKwargs(corr, ct)
         if "gradH" in corr:  # query Omegas are never read by Gradient
             kw["gradHState"] = (torch.ones(nq, dtype=F64, device=dev), kw["gradHState"])
         return warpOperation(query, pr, dom, queryValues=fqv, referenceValues=frv,
@@ -207,13 +179,13 @@ def test_gradient_grid_gradients_equal_csr(device):
     for traversal in TRAVERSALS:
         adj = neighbourStructure(traversal, q, dom)
         inputs = leaves(q.positions, q.supports, q.masses, q.densities, f,
-                        *_corrInputs(corr, c))
+                        *correctionInputs(corr, c))
         pos, h, m, rho, values, *ct = inputs
         p = ParticleState(pos, h, m, q.kinds, rho)
         pr = props(GRAD, gradientMode=GradientScheme.Difference,
                    supportMode=SupportScheme.KernelMeanSymmetric)
         out = warpOperation(p, pr, dom, queryValues=values, adjacency=adj,
-                            **_corrKwargs(corr, ct))
+                            **correctionKwargs(corr, ct))
         w = torch.linspace(0.3, 1.7, out.numel(), dtype=F64, device=device).reshape(out.shape)
         (out * w).sum().backward()
         grads[traversal] = [t.grad for t in inputs]
