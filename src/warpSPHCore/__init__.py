@@ -67,13 +67,14 @@ from .neighborhood import (
     radiusNaiveFixed,
     radiusSearchCompactHashMap,
 )
-from .operations import warpOperation
+from .operations import sphOperation_warp, warpOperation
 from .sampling import generateNeighborTestData, sampleDensestLattice
 
 __all__ = [
     "__version__",
     # entry points
     "warpOperation",
+    "sphOperation_warp",
     # enums
     "KernelFunctions",
     "SupportScheme",

@@ -1,4 +1,5 @@
-"""Public operator entry point `warpOperation` (`operators.md` §7.1).
+"""Public operator entry points `warpOperation` (`operators.md` §7.1) and the flat-tensor
+adapter `sphOperation_warp` (§7.2).
 
 Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape, then
 dispatch through `launchOperator` (`autodiff.md` §2). Implemented operators: Density,
@@ -15,12 +16,21 @@ import torch
 from .autograd.operator_spec import Corrections, SPHContext, launchOperator
 from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
-from .dataTypes.corrections import asGradHState, asRenormalizationState
-from .enumTypes import WarpOperation
+from .dataTypes.corrections import CRKState, asGradHState, asRenormalizationState
+from .dataTypes.operationProperties import OperationProperties
+from .dataTypes.particleState import ParticleState
+from .enumTypes import (
+    GradientScheme,
+    KernelFunctions,
+    LaplacianScheme,
+    OperationDirection,
+    SupportScheme,
+    WarpOperation,
+)
 from .operators import operatorEntry
 from .util.precision import FLOAT_DTYPES
 
-__all__ = ["warpOperation"]
+__all__ = ["warpOperation", "sphOperation_warp"]
 
 _WHERE = "warpOperation"
 
@@ -339,3 +349,74 @@ def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gr
         if tuple(L.shape) != (nQ, d, d):
             raise ValueError(f"{_WHERE}: renormalizationState.renormalizationMatrices has shape "
                              f"{tuple(L.shape)}; accepted: [{nQ}, {d}, {d}]")
+
+
+def _flagMatches(flag: bool, flagName: str, tensors: dict, required: tuple) -> None:
+    """A `useX` flag and its tensors must agree (`operators.md` §7.2)."""
+    given = [name for name, t in tensors.items() if t is not None]
+    if flag:
+        missing = [name for name in required if tensors[name] is None]
+        if missing:
+            raise ValueError(f"sphOperation_warp: {flagName}=True but {', '.join(missing)} "
+                             "is None; pass the tensors or leave the flag False")
+    elif given:
+        raise ValueError(f"sphOperation_warp: {', '.join(given)} given but {flagName}=False; "
+                         f"set {flagName}=True to use them")
+
+
+def sphOperation_warp(queryPositions, referencePositions, querySupports, referenceSupports,
+                      queryMasses, referenceMasses, queryDensities, referenceDensities,
+                      queryValues, referenceValues, domain, adjacency=None,
+                      operation=WarpOperation.Interpolate, kernel=KernelFunctions.Wendland4,
+                      supportMode=SupportScheme.Gather, gradientMode=GradientScheme.Naive,
+                      laplacianMode=LaplacianScheme.Default,
+                      operationMode=OperationDirection.AllToAll, positiveDivergence=False,
+                      consistentDivergence=False, divergenceDotMode=False,
+                      preScatteredQuantities=None, *, queryKinds, referenceKinds,
+                      useGradientRenormalization=False, renormalizationMatrices=None,
+                      useGradHTerms=False, queryOmegas=None, referenceOmegas=None,
+                      useVolume=False, queryVolumes=None, referenceVolumes=None, useCRK=False,
+                      crk_A=None, crk_B=None, crk_gradA=None, crk_gradB=None):
+    """Flat-tensor adapter (`operators.md` §7.2): builds the state objects from loose tensors
+    and calls `warpOperation`. For porting code written against positional APIs; the
+    structured `warpOperation` is the main path.
+
+    Note the defaults that differ from `OperationProperties`: kernel Wendland4 and
+    laplacianMode Default. `queryKinds`/`referenceKinds` (int32 ``[N]``) are required keyword
+    arguments. Each `useX` flag must agree with its tensors (flag without tensors, or tensors
+    without flag, raise ValueError). Derivatives as for `warpOperation`.
+    """
+    _flagMatches(useGradientRenormalization, "useGradientRenormalization",
+                 {"renormalizationMatrices": renormalizationMatrices},
+                 ("renormalizationMatrices",))
+    _flagMatches(useGradHTerms, "useGradHTerms",
+                 {"queryOmegas": queryOmegas, "referenceOmegas": referenceOmegas},
+                 ("queryOmegas",))
+    _flagMatches(useVolume, "useVolume",
+                 {"queryVolumes": queryVolumes, "referenceVolumes": referenceVolumes}, ())
+    if useVolume and queryVolumes is None and referenceVolumes is None:
+        raise ValueError("sphOperation_warp: useVolume=True but queryVolumes and "
+                         "referenceVolumes are None")
+    _flagMatches(useCRK, "useCRK",
+                 {"crk_A": crk_A, "crk_B": crk_B, "crk_gradA": crk_gradA,
+                  "crk_gradB": crk_gradB}, ("crk_A", "crk_B"))
+
+    query = ParticleState(queryPositions, querySupports, queryMasses, queryKinds,
+                          queryDensities)
+    reference = ParticleState(referencePositions, referenceSupports, referenceMasses,
+                              referenceKinds, referenceDensities)
+    props = OperationProperties(
+        kernel, operation=operation, gradientMode=gradientMode, laplacianMode=laplacianMode,
+        positiveDivergence=positiveDivergence, supportMode=supportMode,
+        operationMode=operationMode, divergenceDotMode=divergenceDotMode)
+    gradH = None
+    if useGradHTerms:
+        gradH = (queryOmegas, queryOmegas if referenceOmegas is None else referenceOmegas)
+    return warpOperation(
+        query, props, domain, queryValues=queryValues, referenceValues=referenceValues,
+        queryVolumes=queryVolumes, referenceVolumes=referenceVolumes, adjacency=adjacency,
+        referenceParticles=reference, preScatteredQuantities=preScatteredQuantities,
+        crkState=CRKState(crk_A, crk_B, crk_gradA, crk_gradB) if useCRK else None,
+        gradHState=gradH,
+        renormalizationState=renormalizationMatrices if useGradientRenormalization else None,
+        consistentDivergence=consistentDivergence)
