@@ -2,8 +2,7 @@
 adapter `sphOperation_warp` (§7.2).
 
 Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape, then
-dispatch through `launchOperator` (`autodiff.md` §2). Implemented operators: Density,
-Interpolate, Gradient and Covariance; the others raise NotImplementedError.
+dispatch through `launchOperator` (`autodiff.md` §2) for all seven operators.
 """
 
 from __future__ import annotations
@@ -301,31 +300,113 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         return out.reshape((nQ,) + shape)
     if queryValues is None or referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
+    qFlat, shape, F = _flattenField(queryValues)
+    rFlat, _, _ = _flattenField(referenceValues)
+    values = torch.cat((qFlat, rFlat))
     if op == WarpOperation.Gradient:
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, gradH, renorm, nQ, nR, d, op)
-        qFlat, shape, F = _flattenField(queryValues)
-        rFlat, _, _ = _flattenField(referenceValues)
-        out = launchOperator(operatorEntry(op).spec, ctx, values=torch.cat((qFlat, rFlat)),
-                             fieldWidth=F)
+        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
         return out.reshape((nQ,) + shape + (d,))
-    operatorEntry(op)  # raises NotImplementedError until ported
-    raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented yet")  # pragma: no cover
+    if op == WarpOperation.Divergence:
+        outShape = _divergenceShape(shape, d, bool(props.divergenceDotMode))
+        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
+                             crkState, gradH, renorm, nQ, nR, d, op,
+                             consistent=bool(consistentDivergence))
+        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F,
+                             consistentDivergence=bool(consistentDivergence))
+        return out.reshape((nQ,) + outShape)
+    if op == WarpOperation.Curl:
+        outShape = _curlShape(shape, d)
+        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
+                             crkState, gradH, renorm, nQ, nR, d, op)
+        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
+        return out.reshape((nQ,) + outShape)
+    if op == WarpOperation.Laplacian:
+        _laplacianShape(props, shape, d)
+        if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive:
+            # The analytic kernel Laplacian is never CRK- or renormalization-corrected
+            # (operators.md §2.6): the states are accepted and not handed to the kernel.
+            ctx.corrections = dataclasses.replace(ctx.corrections, crk=None, renorm=None)
+            crkState, renorm = None, None
+        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
+                             crkState, gradH, renorm, nQ, nR, d, op)
+        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
+        return out.reshape((nQ,) + shape)
+    raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented")  # pragma: no cover
+
+
+def _shapeError(op: str, d: int, accepted: str, shape: tuple) -> ValueError:
+    found = f"[N, {', '.join(map(str, shape))}]" if shape else "a scalar [N]"
+    return ValueError(f"{_WHERE}: {op} of a field of shape {found} in {d}D is not defined; "
+                      f"accepted: {accepted}")
+
+
+def _divergenceShape(shape: tuple, d: int, dotMode: bool) -> tuple:
+    """Output field shape of Divergence (`operators.md` §2.4, §3); ValueError otherwise."""
+    if d == 1 and shape in ((), (1,)):
+        return ()
+    scalar1D = " or a scalar [N]" if d == 1 else ""
+    if dotMode:
+        if shape and shape[-1] == d:
+            return shape[:-1]
+        raise _shapeError("Divergence (divergenceDotMode=True)", d,
+                          f"fields [N, ..., {d}] whose last axis has length d = {d}{scalar1D}",
+                          shape)
+    if shape and shape[0] == d:
+        return shape[1:]
+    raise _shapeError("Divergence", d,
+                      f"fields [N, {d}, ...] whose first axis has length d = {d}{scalar1D}",
+                      shape)
+
+
+def _curlShape(shape: tuple, d: int) -> tuple:
+    """Output field shape of Curl (`operators.md` §2.5, §3); ValueError otherwise."""
+    if d == 1:
+        if shape in ((), (1,)):
+            return ()
+        raise _shapeError("Curl", d, "[N] or [N, 1] (the 1D curl is zero)", shape)
+    if not shape or shape[0] != d:
+        raise _shapeError("Curl", d, f"fields [N, {d}, ...] whose first axis has length d = {d} "
+                          "(vector [N, d], matrix [N, d, d])", shape)
+    if d == 2:
+        return shape[1:] if len(shape) > 1 else (1,)
+    return shape
+
+
+def _laplacianShape(props, shape: tuple, d: int) -> None:
+    """Shape rules of the Laplacian (`operators.md` §2.6, §3); ValueError otherwise."""
+    F = math.prod(shape) if shape else 1
+    if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Dot and d > 1 and F % d != 0:
+        raise _shapeError("Laplacian (Dot)", d, f"fields whose flat width is a multiple of d = "
+                          f"{d} (the projection acts on consecutive d-blocks)", shape)
+    if props.positiveDivergence and F != d:
+        raise _shapeError("Laplacian (positiveDivergence=True)", d, f"vector fields [N, {d}]"
+                          + (" or a scalar [N]" if d == 1 else ""), shape)
 
 
 def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gradH, renorm,
-                         nQ, nR, d, op):
-    """Validation of the corrected-gradient operators (Gradient, Covariance; `operators.md`
-    §2.3, §2.7, §4): densities, complete CRK, Omega and L shapes."""
-    from .enumTypes import GradientScheme
-
+                         nQ, nR, d, op, consistent=False):
+    """Validation of the corrected-gradient operators (Gradient, Divergence, Curl, Laplacian,
+    Covariance; `operators.md` §2.3-2.7, §4): densities, complete CRK, Omega and L shapes."""
     name = op.name
-    if (op == WarpOperation.Gradient
-            and GradientScheme(props.gradientMode) == GradientScheme.Symmetric):
+    symmetric = (op != WarpOperation.Covariance
+                 and GradientScheme(props.gradientMode) == GradientScheme.Symmetric)
+    if symmetric:
         for role, p in (("queryParticles", query), ("referenceParticles", reference)):
             if getattr(p, "densities", None) is None:
-                raise ValueError(f"{_WHERE}: Gradient (Symmetric) uses m_j rho_i (f_i/rho_i^2 + "
-                                 f"f_j/rho_j^2) and needs {role}.densities (even with volumes)")
+                raise ValueError(f"{_WHERE}: {name} (Symmetric) uses masses and densities "
+                                 f"(m_j rho_i / rho_j^2 ...) and needs {role}.densities (even "
+                                 "with volumes)")
+    elif consistent:
+        roles = (("queryParticles", query),)
+        if referenceVolumes is not None:
+            roles += (("referenceParticles", reference),)
+        for role, p in roles:
+            if getattr(p, "densities", None) is None:
+                raise ValueError(f"{_WHERE}: Divergence with consistentDivergence=True uses "
+                                 "V_j = referenceVolumes_j rho_j / rho_i (or m_j / rho_i) and "
+                                 f"needs {role}.densities")
     elif referenceVolumes is None and getattr(reference, "densities", None) is None:
         raise ValueError(f"{_WHERE}: {name} without volumes uses V_j = m_j / rho_j and needs "
                          "referenceParticles.densities (or pass referenceVolumes)")

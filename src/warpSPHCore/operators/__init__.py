@@ -14,9 +14,12 @@ import torch
 
 from ..enumTypes import WarpOperation
 from .covariance import COVARIANCE_SPEC
+from .curl import CURL_SPEC
 from .density import DENSITY_SPEC
+from .divergence import DIVERGENCE_SPEC
 from .gradient import GRADIENT_SPEC
 from .interpolate import INTERPOLATE_SPEC
+from .laplacian import LAPLACIAN_SPEC
 
 __all__ = ["OperatorEntry", "OPERATORS", "operatorEntry"]
 
@@ -45,6 +48,18 @@ OPERATORS = {
         volumes=True, crk=True, needsValues=True),
     WarpOperation.Gradient: OperatorEntry(
         WarpOperation.Gradient, GRADIENT_SPEC, "grad f_i = sum_j c_ij (x) G_ij (derivative last)",
+        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+    WarpOperation.Divergence: OperatorEntry(
+        WarpOperation.Divergence, DIVERGENCE_SPEC,
+        "div f_i = sum_j sum_delta c_ij[delta, ...] G_ij[delta] (first or last field axis)",
+        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+    WarpOperation.Curl: OperatorEntry(
+        WarpOperation.Curl, CURL_SPEC,
+        "curl f_i = sum_j G_ij x c_ij (2D: G_x c_y - G_y c_x; 1D: 0)",
+        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+    WarpOperation.Laplacian: OperatorEntry(
+        WarpOperation.Laplacian, LAPLACIAN_SPEC,
+        "lap f_i = sum_j q_ij (geometric factor of the Laplacian scheme)",
         volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
     WarpOperation.Covariance: OperatorEntry(
         WarpOperation.Covariance, COVARIANCE_SPEC,

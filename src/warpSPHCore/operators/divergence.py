@@ -1,0 +1,3 @@
+"""Placeholder: being written (issue 4)."""
+
+DIVERGENCE_SPEC = None

@@ -1,0 +1,3 @@
+"""Placeholder: being written (issue 4)."""
+
+LAPLACIAN_SPEC = None
