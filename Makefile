@@ -29,6 +29,7 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_density.py
+	$(PY) benchmarks/bench_gradient.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -62,6 +62,7 @@ __all__ = [
     "STATE_SIZE",
     "SLOT_NAMES",
     "structFor",
+    "declareStateOverloads",
     "extractStateInfo",
     "resolveNormalization",
     "getVolume_j",
@@ -243,6 +244,36 @@ def structFor(kind: str, dim: int, dtype, mode=ExecutionMode.NONE):
     if dim not in (1, 2, 3):
         raise ValueError(f"structFor: dim={dim!r}; accepted: 1, 2, 3")
     return _STRUCTS[(kind, dim, s)]
+
+
+_ARRAY_DTYPES = {"scalar": lambda d, s: s, "vector": lambda d, s: _VEC[(d, s)],
+                 "matrix": lambda d, s: _MAT[(d, s)]}
+
+
+def declareStateOverloads(kernel, arrays: dict | None = None) -> None:
+    """Declare the float32/float64 x d = 1, 2, 3 overloads of a canonical-ABI kernel.
+
+    Call at import, right after the kernel: its module is then compiled once with all six
+    overloads (one cache entry whatever the launch order) and never reloaded because a launch
+    added an overload (W79, `testing.md` §17). `arrays` maps each generic array argument
+    after the eight state arguments to "scalar", "vector" or "matrix" (the call's scalar type,
+    d-vector, d x d matrix); concrete arguments (int32 counts, flags) are left out.
+    """
+    arrays = arrays or {}
+    for s in (wp.float32, wp.float64):
+        for d in (1, 2, 3):
+            sig = {
+                "queryState": structFor("particle", d, s),
+                "referenceState": structFor("particle", d, s),
+                "domainState": structFor("domain", d, s),
+                "adjacencyState": structFor("adjacency", d, s),
+                "gridState": structFor("grid", d, s),
+                "correctionData": structFor("correction", d, s),
+                "kernelProperties": structFor("kernelState", d, s),
+            }
+            for name, kind in arrays.items():
+                sig[name] = wp.array(dtype=_ARRAY_DTYPES[kind](d, s))
+            wp.overload(kernel, sig)
 
 
 # --------------------------------------------------------------------------------------

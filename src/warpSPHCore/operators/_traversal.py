@@ -1,13 +1,15 @@
 """Lift one pair term to both neighbour traversals (CSR and grid) — one physics definition,
 many uses (STYLE.md §1).
 
-`makeNeighborSum(pairTerm, tag)` returns a Warp function
+`makeNeighborSum(pairTerm, tag, vector=False)` returns a Warp function
 
-    neighborSum(useAdjacency, adj, grid, i, k, F, q, r, dom, corr, ks, extra) -> scalar
+    neighborSum(useAdjacency, adj, grid, i, k, F, q, r, dom, corr, ks, extra) -> sum
 
 that sums ``pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)`` over the neighbours j of query
 i: the CSR row of `adj` when `useAdjacency`, else the 3^d grid stencil around the query's
-current cell. `k` and `F` are the flat field component and field width (Density ignores
+current cell. The sum is a scalar, or with ``vector=True`` a d-vector of the positions' type
+(whole-vector accumulation, W74): a pair term that yields all d components of one output row
+at once lets one thread evaluate the kernel gradient once instead of d times. `k` and `F` are the flat field component and field width (Density ignores
 them); `extra` is the operator's value input (any array or struct).
 
 Pitfalls shaping the structure (`warp-pitfalls.md`):
@@ -40,20 +42,32 @@ def pairVector(xi: Any, xj: Any, dom: Any):
     return computeDistanceVec(xi, xj, dom.domainMin, dom.domainMax, dom.periodicity, dom.dim)
 
 
+@wp.func
+def _scalarZero(q: Any, ks: Any):
+    return type(ks.normalizationCoefficient)(0.0)
+
+
+@wp.func
+def _vectorZero(q: Any, ks: Any):
+    return q.positions.dtype()
+
+
 def _named(fn, name: str):
     fn.__name__ = name
     fn.__qualname__ = name
     return wp.func(fn)
 
 
-def makeNeighborSum(pairTerm, tag: str):
-    """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`)."""
+def makeNeighborSum(pairTerm, tag: str, vector: bool = False):
+    """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`);
+    `vector`: the pair term returns a d-vector (the positions' type) instead of a scalar."""
+    zero = _vectorZero if vector else _scalarZero
 
     def csrSum(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
                corr: Any, ks: Any, extra: Any):
         rng = getIndexRange(adj, i)
         nR = r.masses.shape[0]
-        acc = type(ks.normalizationCoefficient)(0.0)
+        acc = zero(q, ks)
         for e in range(rng[0], rng[0] + rng[1]):
             j = wp.int32(adj.neighborList[e])
             if j >= 0 and j < nR:
@@ -63,7 +77,7 @@ def makeNeighborSum(pairTerm, tag: str):
     def cellSum(grid: Any, first: wp.int32, count: wp.int32, i: wp.int32, k: wp.int32,
                 F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
         nR = r.masses.shape[0]
-        acc = type(ks.normalizationCoefficient)(0.0)
+        acc = zero(q, ks)
         for slot in range(first, first + count):
             j = wp.int32(grid.sortIndex[slot])
             if j >= 0 and j < nR:
@@ -74,7 +88,7 @@ def makeNeighborSum(pairTerm, tag: str):
 
     def gridSum(grid: Any, cell: wp.vec3l, i: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                 r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
-        acc = type(ks.normalizationCoefficient)(0.0)
+        acc = zero(q, ks)
         for o in range(grid.numOffsets):
             rng = checkOffset(grid, cell, o)
             acc += cellSumF(grid, rng[0], rng[1], i, k, F, q, r, dom, corr, ks, extra)
@@ -85,7 +99,7 @@ def makeNeighborSum(pairTerm, tag: str):
 
     def neighborSum(useAdjacency: wp.bool, adj: Any, grid: Any, i: wp.int32, k: wp.int32,
                     F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
-        acc = type(ks.normalizationCoefficient)(0.0)
+        acc = zero(q, ks)
         if useAdjacency:
             acc = csrSumF(adj, i, k, F, q, r, dom, corr, ks, extra)
         else:

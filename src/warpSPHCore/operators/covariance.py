@@ -22,6 +22,7 @@ from typing import Any
 
 import warp as wp
 
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
@@ -33,8 +34,9 @@ from .interpolate import apparentVolume_j
 __all__ = ["covariancePairTerm", "covarianceKernel", "COVARIANCE_SPEC"]
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
-@wp.func(inline=False)
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
+@wp.func
 def covariancePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                        dom: Any, corr: Any, ks: Any, extra: Any):
     """k < F = d^2: V_j (-x_ij[a]) G_ij[b] (k = a d + b); k == F: 1 if W^R_ij > 0. 0 for a
@@ -81,6 +83,9 @@ def covarianceKernel(queryState: Any, referenceState: Any, domainState: Any,
         out[i * dd + k] = val
     else:
         count[i] = wp.int32(val + type(val)(0.5))
+
+
+declareStateOverloads(covarianceKernel, {"out": "scalar"})
 
 
 def _callScalar(ctx, extras):

@@ -19,6 +19,7 @@ from typing import Any
 
 import warp as wp
 
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
@@ -28,9 +29,9 @@ from ._traversal import makeNeighborSum, pairVector
 __all__ = ["densityPairTerm", "densityKernel", "DENSITY_SPEC"]
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (halves the cold
-# compile time per overload, testing.md §17).
-@wp.func(inline=False)
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
+@wp.func
 def densityPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                     dom: Any, corr: Any, ks: Any, extra: Any):
     """m_j W_ij if reference j passes the mode's reference test, else 0."""
@@ -61,6 +62,9 @@ def densityKernel(queryState: Any, referenceState: Any, domainState: Any,
         if ks.calibrateNormalization:
             rho = rho * ks.normalizationCoefficient
     out[i] = rho
+
+
+declareStateOverloads(densityKernel, {"out": "scalar"})
 
 
 def _callScalar(ctx, extras):

@@ -15,9 +15,11 @@
   V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
 * Values: one flat array ``[N_q F | N_r F]`` (query values first, then reference values,
   row-major per particle), passed as the TENSOR extra ``values`` with the SCALAR extra
-  ``fieldWidth`` = F. One thread per output element (i, a, delta):
-  ``out[i F d + a d + delta] = N sum_j c_ij[a] G_ij[delta]`` (N: calibration factor or 1),
-  so one compiled overload per (scalar type, d) serves every field shape (`testing.md` §17).
+  ``fieldWidth`` = F. One thread per output row (i, a) accumulating the d-vector
+  ``N sum_j c_ij[a] G_ij`` (N: calibration factor or 1) and writing
+  ``out[i F d + a d + delta]`` for every delta, so the kernel gradient is evaluated once per
+  pair and thread, and one compiled overload per (scalar type, d) serves every field shape
+  (`testing.md` §17).
 * Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
   skipped.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import getGradH_j
+from ..autograd.arg_extract import declareStateOverloads, getGradH_j
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..util.precision import warpScalar
@@ -71,22 +73,22 @@ def gradientCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
     return c
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
-@wp.func(inline=False)
+# Inlined into both traversals: Warp passes struct arguments of a non-inlined function by
+# value, and copying the five state structs per pair made the forward ~2.5x slower; inlining
+# costs ~13 % more cold compile time (measured, docs/performance.md).
+@wp.func
 def gradientPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                      dom: Any, corr: Any, ks: Any, extra: Any):
-    """c_ij[a] G_ij[delta] (k = a d + delta) if reference j passes the mode's test, else 0."""
-    res = type(ks.normalizationCoefficient)(0.0)
+    """c_ij[a] G_ij (a d-vector; k = a) if reference j passes the mode's test, else 0."""
+    res = q.positions.dtype()
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
-        a = k / dom.dim
-        delta = k - a * dom.dim
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
-        res = gradientCoefficient_ij(i, j, a, F, q, r, corr, ks, extra) * G[delta]
+        res = gradientCoefficient_ij(i, j, k, F, q, r, corr, ks, extra) * G
     return res
 
 
-gradientNeighborSum = makeNeighborSum(gradientPairTerm, "gradient")
+gradientNeighborSum = makeNeighborSum(gradientPairTerm, "gradient", vector=True)
 
 
 @wp.kernel
@@ -94,20 +96,25 @@ def gradientKernel(queryState: Any, referenceState: Any, domainState: Any,
                    useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
                    correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
                    fieldWidth: wp.int32, out: wp.array(dtype=Any)):
-    """out[i F d + a d + delta] = N sum_j c_ij[a] G_ij[delta]; 0 for a masked query."""
+    """Thread (i, a): out[i F d + a d + delta] = N sum_j c_ij[a] G_ij[delta] for every delta
+    (one kernel-gradient evaluation per pair and thread); 0 for a masked query."""
     tid = wp.tid()
-    Fd = fieldWidth * domainState.dim
-    i = tid / Fd
-    k = tid - i * Fd
+    i = tid / fieldWidth
+    a = tid - i * fieldWidth
     ks = kernelProperties
-    val = type(ks.normalizationCoefficient)(0.0)
+    val = queryState.positions.dtype()
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = gradientNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+        val = gradientNeighborSum(useAdjacency, adjacencyState, gridState, i, a, fieldWidth,
                                   queryState, referenceState, domainState, correctionData, ks,
                                   values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
-    out[tid] = val
+    base = tid * domainState.dim
+    for delta in range(domainState.dim):
+        out[base + delta] = val[delta]
+
+
+declareStateOverloads(gradientKernel, {"values": "scalar", "out": "scalar"})
 
 
 def _callScalar(ctx, extras):
@@ -118,10 +125,15 @@ def _flatOutputShape(ctx, extras):
     return (ctx.numQueries * int(extras["fieldWidth"]) * int(ctx.domain.dim),)
 
 
+def _numThreads(ctx, extras):
+    return ctx.numQueries * int(extras["fieldWidth"])
+
+
 GRADIENT_SPEC = OperatorSpec(
     kernel=gradientKernel,
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    numThreads=_numThreads,
     jvp=JVPSpec(),
 )

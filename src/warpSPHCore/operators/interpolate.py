@@ -20,14 +20,15 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import getCRK_i, getVolume_j
+from ..autograd.arg_extract import declareStateOverloads, getVolume_j
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
 from ..util.precision import warpScalar
 from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedKernel_ij
 
-__all__ = ["apparentVolume_j", "crkKernel_ij", "interpolatePairTerm", "interpolateKernel",
+__all__ = ["apparentVolume_j", "interpolatePairTerm", "interpolateKernel",
            "INTERPOLATE_SPEC"]
 
 
@@ -46,19 +47,9 @@ def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
     return V_j
 
 
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
 @wp.func
-def crkKernel_ij(corr: Any, i: wp.int32, x_ij: Any, W_ij: Any):
-    """W^R_ij = A_i (1 + B_i . x_ij) W_ij with CRK, else W_ij."""
-    useCRK, A_i, B_i = getCRK_i(corr, i)
-    res = W_ij
-    if useCRK:
-        res = A_i * (type(W_ij)(1.0) + wp.dot(B_i, x_ij)) * W_ij
-    return res
-
-
-# inline=False: one compiled copy shared by the CSR and grid traversals (halves the cold
-# compile time per overload, testing.md §17).
-@wp.func(inline=False)
 def interpolatePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                         dom: Any, corr: Any, ks: Any, extra: Any):
     """f_j[k] V_j W^R_ij if reference j passes the mode's reference test, else 0."""
@@ -67,7 +58,7 @@ def interpolatePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         W_ij = sphKernel_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
                             ks.kernelFunction, dom.dim)
-        WR_ij = crkKernel_ij(corr, i, x_ij, W_ij)
+        WR_ij = correctedKernel_ij(corr, i, x_ij, W_ij)
         res = extra[j * F + k] * apparentVolume_j(r, corr, j) * WR_ij
     return res
 
@@ -94,6 +85,9 @@ def interpolateKernel(queryState: Any, referenceState: Any, domainState: Any,
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val
+
+
+declareStateOverloads(interpolateKernel, {"referenceValues": "scalar", "out": "scalar"})
 
 
 def _callScalar(ctx, extras):

@@ -1,0 +1,307 @@
+"""Gradient benchmark (`make bench`): the bridged operator vs a hand-written Warp floor and a
+pure-torch edge-list implementation, same CSR, same run.
+
+1. Throughput, 2D 16384 (jittered periodic lattice, Wendland2, ~50 neighbours, CSR list), a
+   scalar field, Naive scheme with V_j = m_j / rho_j, gradients w.r.t. the values and the
+   positions:
+   * ours: `warpOperation(Gradient)` forward, then `backward` of a fixed seed;
+   * floor: `floorGradient`, a minimal Warp kernel computing the same sum with the same kernel
+     functions (no structs, no masking, no corrections), recorded on a `wp.Tape` whose
+     `backward` gives the same two gradients (prebuilt arrays, no torch bridge);
+   * torch: an edge list (i, j) from the same CSR, x_ij with the minimum image, the Wendland2
+     gradient written in torch, `index_add_` per query, autograd backward.
+   Targets: forward + backward <= 2x the floor and faster than torch; forward alone <= 1.3x
+   the floor. The three results are compared element by element (max relative difference).
+2. Memory, 3D 32768 (float32): bytes that forward saves for backward (counted with
+   `torch.autograd.graph.saved_tensors_hooks`), per edge, ours vs the torch edge list. The
+   bridged backward must not store per-edge tensors (ours stays O(N)).
+
+Prints a table of medians and writes JSON (`--json`, default
+`benchmarks/results/gradient.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import warp as wp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from run import cpuInfo, lattice, supportFor  # noqa: E402
+
+from warpSPHCore import (  # noqa: E402
+    DomainDescription,
+    GradientScheme,
+    KernelFunctions,
+    OperationProperties,
+    ParticleState,
+    WarpOperation,
+    radiusSearchCompactHashMap,
+)
+from warpSPHCore.kernels.constants import C_D  # noqa: E402
+from warpSPHCore.kernels.evaluation import sphKernelGradient  # noqa: E402
+from warpSPHCore.kernels.geometry import computeDistanceVec  # noqa: E402
+from warpSPHCore.operations import warpOperation  # noqa: E402
+from warpSPHCore.util.precision import warpScalar, warpVector  # noqa: E402
+from warpSPHCore.util.warpContext import warpDevice  # noqa: E402
+
+KERNEL = KernelFunctions.Wendland2
+
+
+@wp.kernel
+def floorGradient(x: wp.array(dtype=Any), h: wp.array(dtype=Any), V: wp.array(dtype=Any),
+                  f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64),
+                  off: wp.array(dtype=wp.int32), cnt: wp.array(dtype=wp.int32),
+                  lo: wp.array(dtype=Any), hi: wp.array(dtype=Any), per: wp.array(dtype=wp.bool),
+                  dim: wp.int32, kernel: wp.int32, out: wp.array(dtype=Any)):
+    """out_i = sum_j f_j V_j grad W(x_ij, h_i) — the Naive Gradient of a scalar, nothing else."""
+    i = wp.tid()
+    out[i] = _floorRow(x, h, V, f, nbr, off[i], cnt[i], lo, hi, per, dim, kernel, i)
+
+
+@wp.func
+def _floorRow(x: wp.array(dtype=Any), h: wp.array(dtype=Any), V: wp.array(dtype=Any),
+              f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64), first: wp.int32,
+              count: wp.int32, lo: wp.array(dtype=Any), hi: wp.array(dtype=Any),
+              per: wp.array(dtype=wp.bool), dim: wp.int32, kernel: wp.int32, i: wp.int32):
+    acc = x[i] * type(h[i])(0.0)
+    for e in range(first, first + count):
+        j = wp.int32(nbr[e])
+        x_ij = computeDistanceVec(x[i], x[j], lo, hi, per, dim)
+        acc += (f[j] * V[j]) * sphKernelGradient(x_ij, h[i], kernel, dim)
+    return acc
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_ms(fn, repeats, device):
+    fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def setup(side, d, device, dtype):
+    pos, dx = lattice(side, d)
+    pos = pos.to(device=device, dtype=dtype)
+    n = pos.shape[0]
+    h = supportFor(dx, d)
+    kinds = torch.zeros(n, dtype=torch.int32, device=device)
+    p = ParticleState(pos, torch.full((n,), h, dtype=dtype, device=device),
+                      torch.full((n,), dx**d, dtype=dtype, device=device), kinds)
+    dom = DomainDescription(torch.full((d,), -1.0, dtype=dtype, device=device),
+                            torch.full((d,), 1.0, dtype=dtype, device=device), [True] * d)
+    adj = radiusSearchCompactHashMap(p, dom)
+    with torch.no_grad():
+        rho = warpOperation(p, OperationProperties(KERNEL, operation=WarpOperation.Density),
+                            dom, adjacency=adj)
+    p = ParticleState(pos, p.supports, p.masses, kinds, rho)
+    gen = torch.Generator().manual_seed(1)
+    f = torch.randn(n, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    seed = torch.randn(n, d, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    props = OperationProperties(KERNEL, operation=WarpOperation.Gradient,
+                                gradientMode=GradientScheme.Naive)
+    return p, dom, adj, props, f, seed
+
+
+def oursRunner(p, dom, adj, props, f, seed):
+    def forward(grad=True):
+        pos = p.positions.detach().requires_grad_(grad)
+        vals = f.detach().requires_grad_(grad)
+        q = ParticleState(pos, p.supports, p.masses, p.kinds, p.densities)
+        return warpOperation(q, props, dom, queryValues=vals, adjacency=adj), pos, vals
+
+    def fwdBwd():
+        out, pos, vals = forward()
+        out.backward(seed)
+        return out.detach(), pos.grad, vals.grad
+
+    def fwdOnly():
+        with torch.no_grad():
+            return forward(grad=False)[0]
+
+    return fwdBwd, fwdOnly
+
+
+def floorRunner(p, dom, adj, f, seed, device):
+    n, d = p.positions.shape
+    dt = p.positions.dtype
+    Vt, S = warpVector(d, dt), warpScalar(dt)
+    wdev = warpDevice(device)
+    x = wp.from_torch(p.positions.detach().clone(), dtype=Vt, requires_grad=True)
+    fv = wp.from_torch(f.detach().clone(), dtype=S, requires_grad=True)
+    V = wp.from_torch((p.masses / p.densities).detach().contiguous(), dtype=S)
+    h = wp.from_torch(p.supports.detach(), dtype=S)
+    out = wp.zeros(n, dtype=Vt, device=wdev, requires_grad=True)
+    seedW = wp.from_torch(seed.detach().contiguous(), dtype=Vt)
+    inputs = [x, h, V, fv, wp.from_torch(adj.j), wp.from_torch(adj.edgeOffsets),
+              wp.from_torch(adj.numNeighbors), wp.from_torch(dom.min, dtype=S),
+              wp.from_torch(dom.max, dtype=S), wp.from_torch(dom.periodic), d, int(KERNEL)]
+
+    def fwdOnly():
+        wp.launch(floorGradient, dim=n, inputs=inputs, outputs=[out], device=wdev)
+        return out
+
+    def fwdBwd():
+        tape = wp.Tape()
+        with tape:
+            wp.launch(floorGradient, dim=n, inputs=inputs, outputs=[out], device=wdev)
+        tape.backward(grads={out: seedW})
+        result = (wp.to_torch(out).clone(), wp.to_torch(x.grad).clone(),
+                  wp.to_torch(fv.grad).clone())
+        tape.zero()
+        return result
+
+    return fwdBwd, fwdOnly
+
+
+def torchWendland2Gradient(x_ij, h, d):
+    """grad W of Wendland2 in d dimensions: C_d k'(q) / h^(d+1) x / r, k = (1-q)^4 (1+4q) for
+    d >= 2 (k' = -20 q (1-q)^3), so grad W = -20 C_d (1-q)^3 x / h^(d+2) inside the support."""
+    r = x_ij.norm(dim=1)
+    q = r / h
+    c = -20.0 * C_D[KERNEL][d - 1] * torch.clamp(1.0 - q, min=0.0) ** 3 / h ** (d + 2)
+    return c[:, None] * x_ij
+
+
+def torchRunner(p, dom, adj, f, seed):
+    """Pure-torch edge-list Gradient (index_add_ over the CSR's (i, j) pairs, autograd)."""
+    n, d = p.positions.shape
+    i, j = adj.i.long(), adj.j.long()
+    L = (dom.max - dom.min)
+    V = (p.masses / p.densities).detach()
+    h = p.supports.detach()[i]
+
+    def forward(grad=True):
+        pos = p.positions.detach().requires_grad_(grad)
+        vals = f.detach().requires_grad_(grad)
+        x_ij = pos[i] - pos[j]
+        x_ij = x_ij - L * torch.round(x_ij / L)  # minimum image (every axis periodic)
+        g = (vals[j] * V[j])[:, None] * torchWendland2Gradient(x_ij, h, d)
+        out = torch.zeros(n, d, dtype=pos.dtype, device=pos.device).index_add_(0, i, g)
+        return out, pos, vals
+
+    def fwdBwd():
+        out, pos, vals = forward()
+        out.backward(seed)
+        return out.detach(), pos.grad, vals.grad
+
+    def fwdOnly():
+        with torch.no_grad():
+            return forward(grad=False)[0]
+
+    return fwdBwd, fwdOnly, forward
+
+
+def _relDiff(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+def savedBytes(fn):
+    """Bytes of the tensors autograd saves for backward while `fn` runs (sum of numel x
+    element size over every saved tensor)."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "gradient.json"))
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    results = {"meta": {"device": str(device), "dtype": args.dtype, "host": cpuInfo(),
+                        "torch": torch.__version__, "warp": wp.config.version}}
+
+    # 1. throughput, 2D 16384
+    p, dom, adj, props, f, seed = setup(128, 2, device, dtype)
+    ours, oursFwd = oursRunner(p, dom, adj, props, f, seed)
+    floor, floorFwd = floorRunner(p, dom, adj, f, seed, device)
+    tor, torFwd, _ = torchRunner(p, dom, adj, f, seed)
+    o, fl, tt = ours(), floor(), tor()
+    diffs = {"floor": [_relDiff(a, b) for a, b in zip(fl, o)],
+             "torch": [_relDiff(a, b) for a, b in zip(tt, o)]}
+    rows = {}
+    for name, fb, fw in (("ours", ours, oursFwd), ("floor", floor, floorFwd),
+                         ("torch", tor, torFwd)):
+        rows[name] = {"fwd_bwd_ms": _median_ms(fb, args.repeats, device),
+                      "fwd_ms": _median_ms(fw, args.repeats, device)}
+    results["throughput"] = {
+        "N": int(p.positions.shape[0]), "pairs": int(adj.i.numel()), "rows": rows,
+        "fwd_bwd_ratio_floor": rows["ours"]["fwd_bwd_ms"] / rows["floor"]["fwd_bwd_ms"],
+        "fwd_bwd_ratio_torch": rows["ours"]["fwd_bwd_ms"] / rows["torch"]["fwd_bwd_ms"],
+        "fwd_ratio_floor": rows["ours"]["fwd_ms"] / rows["floor"]["fwd_ms"],
+        "max_rel_diff (out, d/dx, d/df) vs ours": diffs,
+    }
+
+    # 2. memory saved for backward, 3D 32768 float32
+    p3, dom3, adj3, props3, f3, seed3 = setup(32, 3, device, torch.float32)
+    ours3, _ = oursRunner(p3, dom3, adj3, props3, f3, seed3)
+    _, _, torForward3 = torchRunner(p3, dom3, adj3, f3, seed3)
+    edges = int(adj3.i.numel())
+    oursSaved = savedBytes(ours3)
+    torchSaved = savedBytes(lambda: torForward3())
+    results["memory"] = {"N": int(p3.positions.shape[0]), "pairs": edges,
+                         "ours_saved_bytes": oursSaved, "torch_saved_bytes": torchSaved,
+                         "ours_bytes_per_edge": oursSaved / edges,
+                         "torch_bytes_per_edge": torchSaved / edges}
+
+    t = results["throughput"]
+    r = t["rows"]
+    print(f"Gradient of a scalar (Naive), 2D {t['N']}, {t['pairs']} pairs, {device} "
+          f"{args.dtype}, median of {args.repeats}")
+    print(f"{'case':18s} {'ours ms':>9s} {'floor ms':>9s} {'torch ms':>9s} {'ours/floor':>10s} "
+          f"{'ours/torch':>10s} {'target':>16s}")
+    print("-" * 87)
+    print(f"{'forward+backward':18s} {r['ours']['fwd_bwd_ms']:9.2f} {r['floor']['fwd_bwd_ms']:9.2f}"
+          f" {r['torch']['fwd_bwd_ms']:9.2f} {t['fwd_bwd_ratio_floor']:10.2f} "
+          f"{t['fwd_bwd_ratio_torch']:10.2f} {'<= 2x, < torch':>16s}")
+    print(f"{'forward':18s} {r['ours']['fwd_ms']:9.2f} {r['floor']['fwd_ms']:9.2f}"
+          f" {r['torch']['fwd_ms']:9.2f} {t['fwd_ratio_floor']:10.2f} "
+          f"{r['ours']['fwd_ms'] / r['torch']['fwd_ms']:10.2f} {'<= 1.3x':>16s}")
+    fmt = ", ".join
+    print("  max relative difference vs ours (out, d/dx, d/df): floor "
+          + fmt(f"{v:.1e}" for v in diffs["floor"]) + "; torch "
+          + fmt(f"{v:.1e}" for v in diffs["torch"]))
+    m = results["memory"]
+    print(f"Saved for backward, 3D {m['N']} float32, {m['pairs']} pairs: ours "
+          f"{m['ours_saved_bytes'] / 2**20:.2f} MiB ({m['ours_bytes_per_edge']:.2f} B/edge), "
+          f"torch edge list {m['torch_saved_bytes'] / 2**20:.1f} MiB "
+          f"({m['torch_bytes_per_edge']:.1f} B/edge)")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
