@@ -394,3 +394,242 @@ def correctionKwargs(corr, tensors):
     if "renorm" in corr:
         kw["renormalizationState"] = next(it)
     return kw
+
+
+# --- Divergence and Curl (operators.md §2.4, §2.5) -------------------------------------
+
+
+def fieldPairTerms(query, domain, props, queryValues, referenceValues=None, reference=None,
+                   volumes=None, crk=None, omegas=None, renorm=None, consistent=False):
+    """(c [N_q, N_r, F], G [N_q, N_r, d], qm [N_q], rm [N_r]) of Divergence / Curl.
+
+    c: the Gradient scheme table with f_i / Omega_i and f_j / Omega_j (omegas = (query
+    Omega [N_q], reference Omega [N_r])); consistent: V_j -> volumes_j rho_j / rho_i with
+    volumes, m_j / rho_i otherwise. G: grad W, CRK (query side), then L_i G."""
+    ref = query if reference is None else reference
+    if referenceValues is None:
+        referenceValues = queryValues
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    nq, nr = query.positions.shape[0], ref.positions.shape[0]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    hq, hr = _np(query.supports), _np(ref.supports)
+    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
+    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
+    if crk is not None:
+        A, B, gA, gB = (_np(t) for t in crk)
+        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
+        gBx = np.einsum("igc,ijc->ijg", gB, x)
+        G = (A[:, None, None] * W[..., None] * B[:, None, :]
+             + (A[:, None] * s)[..., None] * G
+             + (s * W)[..., None] * gA[:, None, :]
+             + (A[:, None] * W)[..., None] * gBx)
+    if renorm is not None:
+        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    fq = _np(queryValues).reshape(nq, -1)
+    fr = _np(referenceValues).reshape(nr, -1)
+    if omegas is not None:
+        fq = fq / _np(omegas[0])[:, None]
+        fr = fr / _np(omegas[1])[:, None]
+    scheme = int(props.gradientMode)
+    if scheme == 2:
+        rq, rr, m = _np(query.densities), _np(ref.densities), _np(ref.masses)
+        c = m[None, :, None] * rq[:, None, None] * (fq[:, None, :] / rq[:, None, None] ** 2
+                                                    + fr[None, :, :] / rr[None, :, None] ** 2)
+    else:
+        if consistent:
+            rq = _np(query.densities)
+            if volumes is not None:
+                V = _np(volumes)[None, :] * _np(ref.densities)[None, :] / rq[:, None]
+            else:
+                V = _np(ref.masses)[None, :] / rq[:, None]
+        else:
+            V0 = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
+            V = np.broadcast_to(V0[None, :], (nq, nr))
+        if scheme == 3:
+            c = fr[None, :, :] - fq[:, None, :]
+        elif scheme == 4:
+            c = fr[None, :, :] + fq[:, None, :]
+        else:
+            c = np.broadcast_to(fr[None, :, :], (nq, nr, fr.shape[1]))
+        c = c * V[:, :, None]
+    qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
+    return c, G, qm, rm
+
+
+def divergenceReference(query, domain, props, queryValues, referenceValues=None,
+                        reference=None, volumes=None, crk=None, omegas=None, renorm=None,
+                        consistent=False, factor=1.0):
+    """Divergence of operators.md §2.4: default contracts the first field axis
+    (out[b...] = sum_delta d_delta f[delta, b...]), props.divergenceDotMode the last one."""
+    c, G, qm, rm = fieldPairTerms(query, domain, props, queryValues, referenceValues, reference,
+                                  volumes, crk, omegas, renorm, consistent)
+    nq, nr, F = c.shape
+    d = G.shape[-1]
+    S = tuple(_np(queryValues).shape[1:])
+    full = S if S else (1,)
+    c = c.reshape((nq, nr) + full)
+    if props.divergenceDotMode:
+        out = np.einsum("ij...g,ijg,j->i...", c, G, rm.astype(np.float64))
+    else:
+        out = np.einsum("ijg...,ijg,j->i...", c, G, rm.astype(np.float64))
+    assert full[0 if not props.divergenceDotMode else -1] == d
+    qmask = qm.reshape((nq,) + (1,) * (out.ndim - 1))
+    return factor * np.where(qmask, out, 0.0)
+
+
+_LEVI_CIVITA = np.zeros((3, 3, 3))
+for _a, _b, _c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+    _LEVI_CIVITA[_a, _b, _c] = 1.0
+    _LEVI_CIVITA[_a, _c, _b] = -1.0
+
+
+def curlReference(query, domain, props, queryValues, referenceValues=None, reference=None,
+                  volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
+    """Curl of operators.md §2.5: 3D out[a, s...] = sum_j eps_abc G_b c[c, s...]; 2D
+    out[s...] = sum_j (G_x c[1, s...] - G_y c[0, s...]) ([N, 1] for a vector); 1D zeros."""
+    nq = query.positions.shape[0]
+    d = query.positions.shape[1]
+    if d == 1:
+        return np.zeros(nq)
+    c, G, qm, rm = fieldPairTerms(query, domain, props, queryValues, referenceValues, reference,
+                                  volumes, crk, omegas, renorm)
+    nr = c.shape[1]
+    S = tuple(_np(queryValues).shape[1:])
+    c = c.reshape((nq, nr) + S)
+    w = rm.astype(np.float64)
+    if d == 2:
+        out = (np.einsum("ij...,ij,j->i...", c[:, :, 1], G[..., 0], w)
+               - np.einsum("ij...,ij,j->i...", c[:, :, 0], G[..., 1], w))
+        if len(S) == 1:
+            out = out[:, None]
+    else:
+        out = np.einsum("abc,ijb,ijc...,j->ia...", _LEVI_CIVITA, G, c, w)
+    qmask = qm.reshape((nq,) + (1,) * (out.ndim - 1))
+    return factor * np.where(qmask, out, 0.0)
+
+
+def laplacianReference(query, domain, props, queryValues, referenceValues=None, reference=None,
+                       volumes=None, crk=None, omegas=None, renorm=None, factor=1.0, eps=1e-15):
+    """lap f_i = N sum_j term_ij (operators.md §2.6, §4): q_ij = (f_j - f_i) V_j, or
+    (f_j - f_i) m_j rho_i / rho_j^2 (Symmetric), f / Omega on both sides under grad-h; terms
+    Naive q_ij lap W_ij (helper support rule), Brookshaw / Default -2 q_ij (G.n)/(r + c h_ij),
+    Dot (G.n)/(r + 1e-8 h_ij) [q_ij - (d+2)(q_ij.n) n] blockwise over d-blocks (r > 0 only);
+    positiveDivergence keeps pairs with x_ij . q_ij >= 0. The caller passes crk / renorm only
+    where they apply (never for Naive). omegas: (query [N_q], reference [N_r]). eps: the
+    kernel Laplacian's precision (kernels.md §4). Returns [N_q, *S]."""
+    ref = query if reference is None else reference
+    if referenceValues is None:
+        referenceValues = queryValues
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    nq, nr = query.positions.shape[0], ref.positions.shape[0]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    r = np.linalg.norm(x, axis=-1)
+    hq, hr = _np(query.supports), _np(ref.supports)
+    fq = _np(queryValues).reshape(nq, -1)
+    fr = _np(referenceValues).reshape(nr, -1)
+    F = fq.shape[1]
+    if omegas is not None:
+        fq = fq / _np(omegas[0])[:, None]
+        fr = fr / _np(omegas[1])[:, None]
+    if int(props.gradientMode) == 2:
+        rq, rr, m = _np(query.densities), _np(ref.densities), _np(ref.masses)
+        scale = m[None, :] * rq[:, None] / rr[None, :] ** 2
+    else:
+        V = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
+        scale = np.broadcast_to(V[None, :], (nq, nr))
+    qd = (fr[None, :, :] - fq[:, None, :]) * scale[..., None]
+    scheme = int(props.laplacianMode)
+    mode = int(props.supportMode)
+    if scheme == 1:
+        X = x.reshape(-1, d)
+        Hi, Hj = np.repeat(hq, nr), np.tile(hr, nq)
+        lapW = kr.pairHelper(lambda h: kr.laplacian(int(props.kernel), d, X, h, eps)[0], mode,
+                             Hi, Hj).reshape(nq, nr)
+        term = qd * lapW[..., None]
+    else:
+        W = pairKernel(props.kernel, d, x, hq, hr, mode)
+        G = pairKernelGradient(props.kernel, d, x, hq, hr, mode)
+        if crk is not None:
+            A, B, gA, gB = (_np(t) for t in crk)
+            s = 1.0 + np.einsum("ijc,ic->ij", x, B)
+            gBx = np.einsum("igc,ijc->ijg", gB, x)
+            G = (A[:, None, None] * W[..., None] * B[:, None, :]
+                 + (A[:, None] * s)[..., None] * G
+                 + (s * W)[..., None] * gA[:, None, :]
+                 + (A[:, None] * W)[..., None] * gBx)
+        if renorm is not None:
+            G = np.einsum("iab,ijb->ija", _np(renorm), G)
+        hij = kr.pairSupport(mode, hq[:, None] + 0 * hr[None, :], hr[None, :] + 0 * hq[:, None])
+        D = r + 1e-8 * hij
+        n = x / D[..., None]
+        Gn = np.einsum("ijc,ijc->ij", G, n)
+        if scheme == 3:
+            qb = qd.reshape(nq, nr, F // d, d)
+            proj = np.einsum("ijpc,ijc->ijp", qb, n)
+            term = ((Gn / D)[..., None, None]
+                    * (qb - (d + 2) * proj[..., None] * n[:, :, None, :])).reshape(nq, nr, F)
+        elif scheme == 4:
+            term = -2.0 * qd * (Gn / (r + 1e-12 * hij))[..., None]
+        else:
+            term = -2.0 * qd * (Gn / D)[..., None]
+        term = np.where((r > 0)[..., None], term, 0.0)
+    if props.positiveDivergence:
+        keep = np.einsum("ijc,ijc->ij", x, qd) >= 0.0
+        term = term * keep[..., None]
+    qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
+    out = np.einsum("ijk,j->ik", term, rm.astype(np.float64))
+    out = factor * np.where(qm[:, None], out, 0.0)
+    return out.reshape((nq,) + tuple(_np(queryValues).shape[1:]))
+
+
+# --- renormalization and grad-h references (operators.md §4.2, §4.4) -------------------
+
+
+def renormalizationReference(C, n):
+    """(C', L, eigVals) of operators.md §4.4 from C [N, d, d] and counts n [N] (float64 NumPy):
+    rows with n < d + 2 -> identity; 1D 1/C above 1e-10; 2D eigen-reconstruction of the
+    symmetrised C with each eigenvalue inverted on its own test (big > 1e-12, small >
+    1e-6 big), eigVals (big, small) by magnitude; 3D np.linalg.pinv with rcond 1e-6 on the
+    unsymmetrised C, eigVals of the symmetric part by decreasing magnitude."""
+    C = np.array(C, dtype=np.float64)
+    N, d = C.shape[0], C.shape[1]
+    low = np.asarray(n) < d + 2
+    C[low] = np.eye(d)
+    L = np.zeros_like(C)
+    ev = np.zeros((N, d))
+    for i in range(N):
+        if d == 1:
+            c = C[i, 0, 0]
+            L[i, 0, 0] = 1.0 / c if c > 1e-10 else 0.0
+            ev[i, 0] = c
+            continue
+        S = 0.5 * (C[i] + C[i].T)
+        w, v = np.linalg.eigh(S)
+        order = np.argsort(-np.abs(w), kind="stable")
+        w, v = w[order], v[:, order]
+        ev[i] = w
+        if d == 2:
+            keep = [abs(w[0]) > 1e-12, abs(w[1]) > 1e-6 * abs(w[0])]
+            L[i] = sum((1.0 / w[k]) * np.outer(v[:, k], v[:, k]) for k in range(2) if keep[k])
+        else:
+            L[i] = np.linalg.pinv(C[i], rcond=1e-6)
+    return C, L, ev
+
+
+def omegaReference(query, domain, props, reference=None, factor=1.0):
+    """Omega_i = 1 + h_i / (d rho_i) N sum_j m_j dW(x_ij, h_i)/dh_i (query support h_i,
+    any support scheme), kinds masking (masked query -> 1) (operators.md §4.2)."""
+    ref = query if reference is None else reference
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    nq, nr = x.shape[0], x.shape[1]
+    hq = _np(query.supports)
+    dW = np.asarray(kr.dWdh(int(props.kernel), d, x.reshape(-1, d), np.repeat(hq, nr)))
+    dW = dW.reshape(nq, nr)
+    qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
+    s = factor * (dW * rm[None, :]) @ _np(ref.masses)
+    om = 1.0 + hq / (d * _np(query.densities)) * s
+    return np.where(qm, om, 1.0)

@@ -121,8 +121,9 @@ def test_struct_for():
 
 
 def test_registry_table():
-    assert set(OPERATORS) == {WarpOperation.Density, WarpOperation.Interpolate,
-                              WarpOperation.Gradient, WarpOperation.Covariance}
+    assert set(OPERATORS) == set(WarpOperation) - {WarpOperation.Custom}
+    for op, entry in OPERATORS.items():
+        assert entry.operation == op and entry.spec is not None and entry.formula
     assert OPERATORS[WarpOperation.Density].spec is DENSITY_SPEC
     assert OPERATORS[WarpOperation.Interpolate].spec is INTERPOLATE_SPEC
 

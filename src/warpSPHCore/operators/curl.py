@@ -1,3 +1,118 @@
-"""Placeholder: being written (issue 4)."""
+"""Curl (`operators.md` §2.5): out_i = sum_j G_ij x c_ij over the first field axis.
 
-CURL_SPEC = None
+* G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
+  renormalization L_i G; query-side terms only).
+* c_ij: the Gradient scheme table with grad-h dividing both f_i by Omega_i and f_j by
+  Omega_j (`_coefficients.fieldCoefficient_ij`, never consistent).
+* Layout (flat field of width F):
+  * 3D, P = F / 3: ``out[a P + s] = sum_j (G x c[:, s])_a = G[a1] c[a2 P + s] -
+    G[a2] c[a1 P + s]`` with a1 = (a + 1) % 3, a2 = (a + 2) % 3; F outputs per query.
+  * 2D, P = F / 2: ``out[s] = sum_j (G_x c[P + s] - G_y c[s])`` (the 3D formula's a = 2
+    component: a1 = 0, a2 = 1); P outputs per query.
+  * 1D: one output per query, exactly 0. The kernel still writes it (so the result is a
+    node of the autograd graph) but never visits neighbours: every adjoint is exactly 0 and
+    backward runs normally (design decision: zeros with zero gradients, not an error).
+* Values: ``[N_q F | N_r F]`` (TENSOR extra ``values``), SCALAR extra ``fieldWidth`` = F.
+  One thread per output element; one compiled overload per (scalar type, d).
+* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  skipped. Lattice calibration multiplies the sum.
+
+Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
+Forward-mode tangents: not yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..util.precision import warpScalar
+from ._coefficients import fieldCoefficient_ij
+from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedGradient_ij
+
+__all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC"]
+
+
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
+@wp.func
+def curlPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
+                 corr: Any, ks: Any, extra: Any):
+    """(G_ij x c_ij[:, s])_a for the output component k (2D: k = s, a = z; 3D: k = a P + s)
+    if reference j passes the mode's test, else 0 (d = 1: 0)."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    d = dom.dim
+    if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        P = F / d
+        a1 = wp.int32(0)
+        a2 = wp.int32(1)
+        s = k
+        if d == 3:
+            a = k / P
+            s = k - a * P
+            a1 = (a + 1) - 3 * ((a + 1) / 3)
+            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
+        c2 = fieldCoefficient_ij(i, j, a2 * P + s, F, q, r, corr, ks, extra, False)
+        c1 = fieldCoefficient_ij(i, j, a1 * P + s, F, q, r, corr, ks, extra, False)
+        res = G[wp.min(a1, d - 1)] * c2 - G[wp.min(a2, d - 1)] * c1
+    return res
+
+
+curlNeighborSum = makeNeighborSum(curlPairTerm, "curl")
+
+
+@wp.kernel
+def curlKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjacency: wp.bool,
+               adjacencyState: Any, gridState: Any, correctionData: Any, kernelProperties: Any,
+               values: wp.array(dtype=Any), fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """out[i n + k] = N sum_j (G_ij x c_ij)[k] (n = F in 3D, F / 2 in 2D, 1 in 1D); 0 for a
+    masked query and in 1D."""
+    tid = wp.tid()
+    d = domainState.dim
+    n = wp.int32(1)
+    if d == 2:
+        n = fieldWidth / 2
+    elif d == 3:
+        n = fieldWidth
+    i = tid / n
+    k = tid - i * n
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if d > 1 and checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = curlNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+                              queryState, referenceState, domainState, correctionData, ks,
+                              values)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(curlKernel, {"values": "scalar", "out": "scalar"})
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    d = int(ctx.domain.dim)
+    F = int(extras["fieldWidth"])
+    perQuery = {1: 1, 2: F // 2}.get(d, F)
+    return (ctx.numQueries * perQuery,)
+
+
+CURL_SPEC = OperatorSpec(
+    kernel=curlKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("values", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    jvp=JVPSpec(),
+)

@@ -1,3 +1,129 @@
-"""Placeholder: being written (issue 4)."""
+"""Divergence (`operators.md` §2.4): out_i = sum_j sum_delta c_ij[idx(delta, p)] G_ij[delta].
 
-DIVERGENCE_SPEC = None
+* G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
+  renormalization L_i G; query-side terms only).
+* c_ij: the Gradient scheme table, grad-h dividing both f_i by Omega_i and f_j by Omega_j;
+  ``consistentDivergence`` replaces V_j by referenceVolumes_j rho_j / rho_i (volumes) or
+  m_j / rho_i (no effect on Symmetric) — `_coefficients.fieldCoefficient_ij`.
+* Contraction (flat field of width F, P = F / d, `ks.divergenceMode`):
+  default (False) contracts the first field axis, ``idx = delta P + p``; dot mode (True)
+  contracts the last one, ``idx = p d + delta``. 1D scalars are F = 1.
+* Values: one flat array ``[N_q F | N_r F]`` (TENSOR extra ``values``), SCALAR extras
+  ``fieldWidth`` = F and ``consistentDivergence``. One thread per output element (i, p):
+  ``out[i P + p] = N sum_j ...`` (N: calibration factor or 1), so one compiled overload per
+  (scalar type, d) serves every field shape and both modes.
+* The pair term receives the consistent flag packed into its component argument
+  (``k = 2 p + consistent``): `makeNeighborSum`'s pair-term signature carries one extra.
+* The sum over delta is unrolled with ``if d > 1`` / ``if d > 2`` guards (no runtime-bound
+  loop carrying G, W3/W71); indices are clamped so a 1D/2D overload never reads past G.
+* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  skipped.
+
+Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
+Forward-mode tangents: not yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..util.precision import warpScalar
+from ._coefficients import fieldCoefficient_ij
+from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedGradient_ij
+
+__all__ = ["divergencePairTerm", "divergenceKernel", "DIVERGENCE_SPEC"]
+
+
+@wp.func
+def _contractedIndex(delta: wp.int32, p: wp.int32, P: wp.int32, d: wp.int32, dotMode: wp.bool):
+    """Flat field index of (contracted axis delta, remaining index p)."""
+    idx = delta * P + p
+    if dotMode:
+        idx = p * d + delta
+    return idx
+
+
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
+@wp.func
+def divergencePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       dom: Any, corr: Any, ks: Any, extra: Any):
+    """sum_delta c_ij[idx(delta, p)] G_ij[delta] (k = 2 p + consistent) if reference j
+    passes the mode's test, else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        p = k / 2
+        consistent = (k - 2 * p) == 1
+        d = dom.dim
+        P = F / d
+        dotMode = ks.divergenceMode
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
+        res = fieldCoefficient_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r, corr,
+                                  ks, extra, consistent) * G[0]
+        if d > 1:
+            d1 = wp.min(1, d - 1)
+            res = res + fieldCoefficient_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
+                                            r, corr, ks, extra, consistent) * G[d1]
+        if d > 2:
+            d2 = wp.min(2, d - 1)
+            res = res + fieldCoefficient_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
+                                            r, corr, ks, extra, consistent) * G[d2]
+    return res
+
+
+divergenceNeighborSum = makeNeighborSum(divergencePairTerm, "divergence")
+
+
+@wp.kernel
+def divergenceKernel(queryState: Any, referenceState: Any, domainState: Any,
+                     useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                     correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
+                     fieldWidth: wp.int32, consistentDivergence: wp.bool,
+                     out: wp.array(dtype=Any)):
+    """out[i P + p] = N sum_j sum_delta c_ij[idx(delta, p)] G_ij[delta]; 0 for a masked
+    query."""
+    tid = wp.tid()
+    P = fieldWidth / domainState.dim
+    i = tid / P
+    p = tid - i * P
+    k = 2 * p
+    if consistentDivergence:
+        k = k + 1
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = divergenceNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+                                    queryState, referenceState, domainState, correctionData, ks,
+                                    values)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(divergenceKernel, {"values": "scalar", "out": "scalar"})
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    return (ctx.numQueries * (int(extras["fieldWidth"]) // int(ctx.domain.dim)),)
+
+
+DIVERGENCE_SPEC = OperatorSpec(
+    kernel=divergenceKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("values", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR),
+            ExtraSpec("consistentDivergence", ExtraKind.SCALAR)),
+    jvp=JVPSpec(),
+)
