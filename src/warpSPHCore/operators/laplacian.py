@@ -1,3 +1,193 @@
-"""Placeholder: being written (issue 4)."""
+"""Laplacian (`operators.md` §2.6): lap f_i = sum_j (geometric factor of the scheme) q_ij.
 
-LAPLACIAN_SPEC = None
+* Pair difference q_ij (f_i -> f_i / Omega_i and f_j -> f_j / Omega_j under grad-h), chosen
+  by `gradientMode`:
+
+  ================================ ==================================================
+  Naive (1), Difference (3),       q_ij = (f_j - f_i) V_j
+  Summation (4)
+  Symmetric (2)                    q_ij = (f_j - f_i) m_j rho_i / rho_j^2 (no volumes)
+  ================================ ==================================================
+
+  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
+* Geometry: h_ij = pairwise support (max for schemes 14, 15, 16), r = |x_ij|,
+  n_ij = x_ij / (r + 1e-8 h_ij), G_ij = the corrected kernel gradient
+  (`corrected.correctedGradient_ij`: grad W, CRK, then L_i G).
+* Per pair, by `laplacianMode`:
+
+  ============== ==============================================================
+  Naive (1)      q_ij lap W_ij (analytic kernel Laplacian, `kernels.md` §5.4, helper
+                 support rule `support.sphKernelLaplacian_ij`); never CRK- or
+                 renormalization-corrected (`operations.py` drops those states)
+  Brookshaw (2)  r > 0: -2 q_ij (G . n_ij) / (r + 1e-8 h_ij); else 0
+  Dot (3)        r > 0: phi_ij [q_ij - (d + 2) (q_ij . n_ij) n_ij],
+                 phi_ij = (G . n_ij) / (r + 1e-8 h_ij), the projection blockwise over
+                 consecutive d-blocks of the flat field; else 0
+  Default (4)    r > 0: -2 q_ij (G . n_ij) / (r + 1e-12 h_ij); else 0
+  ============== ==============================================================
+
+* `positiveDivergence`: a pair is kept only if sum_delta x_ij,delta q_ij,delta >= 0 (F = d,
+  checked by `operations.py`); applies to every scheme.
+* Values: one flat array ``[N_q F | N_r F]`` (query values first), the TENSOR extra
+  ``values`` with the SCALAR extra ``fieldWidth`` = F. One thread per output element (i, k):
+  ``out[i F + k] = N sum_j term_ij[k]`` (N: calibration factor or 1); one compiled overload
+  per (scalar type, d) serves every field shape and every scheme (run-time switches).
+* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  skipped.
+
+Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
+volumes, Omega (query and reference), CRK A, B, gradA, gradB and L (through
+`StateAwareWarpFunction`). The r > 0 guard keeps the adjoint at coincident points finite and
+exact (the true contribution is 0; `warp-pitfalls.md` W12). With CRK (G(0) != 0) the
+Brookshaw/Dot/Default terms grow like G(0).x_hat / r as a distinct particle leaves a
+coincident partner, so the position derivative of such a pair exists only along motions
+that keep it coincident; the guard's value and adjoint there are 0. Forward-mode tangents:
+not yet.
+
+The float32/float64 x d = 1, 2, 3 overloads are declared at import (one module build, W79).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import declareStateOverloads, getGradH_i, getGradH_j
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import computePairwiseSupport, sphKernelLaplacian_ij
+from ..util.precision import warpScalar
+from ._traversal import makeNeighborSum, pairVector
+from .corrected import correctedGradient_ij
+from .interpolate import apparentVolume_j
+
+__all__ = ["laplacianDifference_ij", "laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC"]
+
+# Fixed regularisers of the geometric factor for both precisions (`operators.md` §2.6);
+# converted to the call's scalar type at use (W6).
+_REG_N = 1.0e-8
+_REG_DEFAULT = 1.0e-12
+
+
+@wp.func
+def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, values: Any):
+    """q_ij[k]: (f_j - f_i) V_j, or (f_j - f_i) m_j rho_i / rho_j^2 (Symmetric); f / Omega
+    on both sides under grad-h. values = [query N_q F | reference N_r F]."""
+    offset = q.masses.shape[0] * F
+    f_j = values[offset + j * F + k]
+    f_i = values[i * F + k]
+    useGradH, omega_j = getGradH_j(corr, j)
+    if useGradH:
+        useGradH_i, omega_i = getGradH_i(corr, i)
+        f_j = f_j / omega_j
+        f_i = f_i / omega_i
+    scale = type(f_j)(0.0)
+    if ks.gradientMode == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_j = r.densities[j]
+            scale = r.masses[j] * q.densities[i] / (rho_j * rho_j)
+    else:
+        scale = apparentVolume_j(r, corr, j)
+    return (f_j - f_i) * scale
+
+
+@wp.func
+def _blockDot(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, v: Any, d: wp.int32,
+              q: Any, r: Any, corr: Any, ks: Any, values: Any):
+    """sum_{c < d} q_ij[base + c] v[c]. A constant-bound loop (unrolled by Warp; c < 3 guarded
+    by d) that only accumulates, so no runtime-bound loop carries an adjoint (W3, W71)."""
+    acc = type(v[0])(0.0)
+    for c in range(3):
+        if c < d:
+            acc += laplacianDifference_ij(i, j, base + c, F, q, r, corr, ks, values) * v[c]
+    return acc
+
+
+# Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
+# value: one copy of the state structs per pair; docs/performance.md).
+@wp.func
+def laplacianPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                      dom: Any, corr: Any, ks: Any, extra: Any):
+    """Component k of the pair contribution of the call's Laplacian scheme; 0 for a reference
+    masked by the mode or a pair dropped by positiveDivergence."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        d = dom.dim
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, extra)
+        keep = True
+        if ks.positiveDivergenceMode:
+            keep = _blockDot(i, j, 0, F, x_ij, d, q, r, corr, ks, extra) >= type(res)(0.0)
+        if keep:
+            scheme = ks.laplacianMode
+            if scheme == 1:
+                res = q_k * sphKernelLaplacian_ij(x_ij, h_i, h_j, ks.supportMode,
+                                                  ks.kernelFunction, d)
+            else:
+                r_ij = wp.length(x_ij)
+                # Explicit r > 0 guard: n_ij / D / D through an exactly zero unit vector has
+                # a wrong adjoint when G(0) != 0 under CRK (W12); the true term is 0.
+                if r_ij > type(r_ij)(0.0):
+                    h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
+                    G = correctedGradient_ij(corr, ks, dom, i, x_ij, h_i, h_j)
+                    D = r_ij + type(r_ij)(_REG_N) * h_ij
+                    n_ij = x_ij / D
+                    Gn = wp.dot(G, n_ij)
+                    if scheme == 3:
+                        b = k / d
+                        base = b * d
+                        qn = _blockDot(i, j, base, F, n_ij, d, q, r, corr, ks, extra)
+                        res = (Gn / D) * (q_k - type(r_ij)(d + 2) * qn * n_ij[k - base])
+                    elif scheme == 4:
+                        res = type(r_ij)(-2.0) * q_k * Gn / (
+                            r_ij + type(r_ij)(_REG_DEFAULT) * h_ij)
+                    else:
+                        res = type(r_ij)(-2.0) * q_k * Gn / D
+    return res
+
+
+laplacianNeighborSum = makeNeighborSum(laplacianPairTerm, "laplacian")
+
+
+@wp.kernel
+def laplacianKernel(queryState: Any, referenceState: Any, domainState: Any,
+                    useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                    correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
+                    fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """out[i F + k] = N sum_j term_ij[k]; 0 for a masked query."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = laplacianNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
+                                   queryState, referenceState, domainState, correctionData, ks,
+                                   values)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(laplacianKernel, {"values": "scalar", "out": "scalar"})
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    return (ctx.numQueries * int(extras["fieldWidth"]),)
+
+
+LAPLACIAN_SPEC = OperatorSpec(
+    kernel=laplacianKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("values", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    jvp=JVPSpec(),
+)
