@@ -1,9 +1,10 @@
 """No host synchronisation in operator calls (`autodiff.md` §15.1): the forward path
-(extract, convert, build, launch) and the backward of every operator available so far, with a
-CSR list, a prebuilt grid and `adjacency=None` (the per-call grid build is sync-free), count
-zero readbacks. The census patches every readback/synchronising call of §15.2 and is shown to
-count in `tests/neighborhood/test_census.py`. (The whole-repository census with exact counts
-per module is a later issue.)"""
+(extract, convert, build, launch) and the backward of all seven operators (with CRK, grad-h
+and renormalization where they apply), with a CSR list, a prebuilt grid and `adjacency=None`
+(the per-call grid build is sync-free), count zero readbacks. The census patches every
+readback/synchronising call of §15.2 and is shown to count in
+`tests/neighborhood/test_census.py`. (The whole-repository census with exact counts per module
+is a later issue.)"""
 
 from __future__ import annotations
 
@@ -24,15 +25,21 @@ _spec.loader.exec_module(_census)
 
 F64 = torch.float64
 OPS = [WarpOperation.Density, WarpOperation.Interpolate, WarpOperation.Gradient,
+       WarpOperation.Divergence, WarpOperation.Curl, WarpOperation.Laplacian,
        WarpOperation.Covariance]
+_VECTOR_OPS = (WarpOperation.Divergence, WarpOperation.Curl)
 
 
 def _call(op, q, dom, adj, f, crk):
     kw = {}
-    if op in (WarpOperation.Interpolate, WarpOperation.Gradient):
-        kw["queryValues"] = f
+    if op not in (WarpOperation.Density, WarpOperation.Covariance):
+        kw["queryValues"] = f[:, None] * q.positions if op in _VECTOR_OPS else f
     if op != WarpOperation.Density:
         kw["crkState"] = crk
+    if op in (WarpOperation.Divergence, WarpOperation.Curl, WarpOperation.Laplacian):
+        kw["gradHState"] = f  # grad-h divides f_i and f_j: exercise the Omega reads too
+        kw["renormalizationState"] = torch.eye(2, dtype=f.dtype, device=f.device).expand(
+            f.shape[0], 2, 2).contiguous()
     out = warpOperation(q, props(op=op), dom, adjacency=adj, **kw)
     return out[0] if isinstance(out, tuple) else out
 
