@@ -7,6 +7,7 @@ kernels in `warpSPHCore.neighborhood`.
 
 __version__ = "0.1.0.dev0"
 
+from .corrections import computeCRKFactors, computeOmega, computeRenormalizationMatrices
 from .dataTypes import (
     AdjacencyList,
     CompactHashMap,
@@ -75,6 +76,10 @@ __all__ = [
     # entry points
     "warpOperation",
     "sphOperation_warp",
+    # correction builders
+    "computeCRKFactors",
+    "computeRenormalizationMatrices",
+    "computeOmega",
     # enums
     "KernelFunctions",
     "SupportScheme",

@@ -174,8 +174,16 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     `CRKState` (A, B), else W.
     Gradient: ``out_i = sum_j c_ij (x) G_ij`` -> ``[N_q, *S, d]`` (derivative last; schemes
     Naive, Symmetric, Difference, Summation; grad-h divides f_j only; CRK then L_i).
+    Divergence: the Gradient coefficients contracted with G over the first field axis
+    (default) or the last one (`divergenceDotMode`) -> ``[N_q, *S[1:]]`` / ``[N_q, *S[:-1]]``;
+    grad-h divides f_i and f_j; `consistentDivergence` uses V_j rho_j / rho_i (or m_j / rho_i).
+    Curl: ``sum_j G_ij x c_ij`` on the first field axis -> 3D ``[N_q, *S]``, 2D
+    ``[N_q, *S[1:]]`` (``[N_q, 1]`` for a vector), 1D zeros ``[N_q]``.
+    Laplacian: ``sum_j`` (Naive analytic kernel Laplacian, Brookshaw, Dot or Default factor)
+    ``x q_ij`` -> ``[N_q, *S]``; `positiveDivergence` drops pairs with ``x_ij . q_ij < 0``.
     Covariance: ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` -> ``[N_q, d, d]``, or ``(C, n)`` with
     the int32 count of ``W^R_ij > 0`` when `covarianceReturnNumNeighbors`.
+    Corrections accepted per operator: `operators.md` §5 (docs/operators.md).
 
     Args:
         queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, kinds int32,
@@ -197,13 +205,14 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     Returns:
         Tensor (Covariance with counts: a tuple) on the input device with the input dtype.
         Reverse-mode autograd flows to positions, supports, masses, densities, values,
-        volumes, CRK A, B (and gradA, gradB, Omega, L for Gradient / Covariance).
+        volumes, CRK A, B, gradA, gradB, Omega and L wherever the operator reads them.
 
     Raises:
         TypeError: mixed or unsupported dtypes, wrong argument types.
-        ValueError: shapes, devices, missing inputs, Custom operation.
-        NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities, operators not
-            implemented yet.
+        ValueError: shapes, devices, missing inputs, Custom operation; field shapes an
+            operator does not define (operators.md §3), naming the operator, the shape and
+            the accepted shapes.
+        NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities.
     """
     props = operationProperties
     if referenceParticles is None:

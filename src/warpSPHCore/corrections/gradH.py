@@ -8,7 +8,7 @@
   masked references are skipped;
 * N: the lattice calibration factor of the properties (1 without calibration).
 
-One Warp kernel in the canonical ABI (`_renormKernels.omegaKernel`) launched with
+One Warp kernel in the canonical ABI (`omegaKernel`, this module) launched with
 `launchOperator` (`autodiff.md` §8.3: "grad-h Omega helper, no JVP"): reverse mode w.r.t.
 positions, supports, masses and densities through the bridge; a live forward-mode tangent
 raises `NotImplementedError` (no JVP rule is registered). No host sync.

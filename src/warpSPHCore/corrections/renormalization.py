@@ -26,8 +26,8 @@ on-the-fly grid build) into every call. Consequences:
 * sync-free: no ``.item()``, no synchronising ``torch.linalg`` routine, no data-dependent
   Python branch; the 3D eigenvalues are a closed-form torch computation;
 * forward mode: the helpers register no JVP rule, so a live dual tangent raises
-  `NotImplementedError` in the bridge (`computeRenormalizationMatricesJVP` is the
-  forward-mode entry point, `autodiff.md` §9.9).
+  `NotImplementedError` in the bridge (the forward-mode entry point
+  `computeRenormalizationMatricesJVP` of `autodiff.md` §9.9 is a later issue).
 
 eigVals: 1D ``C`` (``[N, 1]``, differentiable); 2D ``(big, small)`` (differentiable);
 3D the eigenvalues of ``(C + C^T)/2`` by decreasing magnitude (trigonometric closed form,
@@ -250,7 +250,7 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
         ``(C [N_q, d, d], eigVals [N_q, d], RenormalizationState(L [N_q, d, d]))`` — C is the
         identity-replaced matrix — or only the state. Reverse mode w.r.t. positions,
         supports, masses, densities, volumes, CRK tensors and a given L; no host sync.
-        Forward mode: `computeRenormalizationMatricesJVP`.
+        Forward mode: not yet (`computeRenormalizationMatricesJVP`, a later issue).
     """
     from ..operations import warpOperation  # deferred: operations imports the operators
 

@@ -1,8 +1,12 @@
-"""Pair coefficients of Divergence and Curl (`operators.md` §2.4, §2.5, §4.2).
+"""Pair coefficients of the value operators (`operators.md` §2.3-2.6, §4.2) — one definition
+for Gradient, Divergence, Curl and (the field reads of) the Laplacian.
 
-`fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, values, consistent)` is the component `a` of
-c_ij under the call's gradient scheme, with grad-h dividing **both** f_i by Omega_i and f_j
-by Omega_j (unlike `gradient.gradientCoefficient_ij`, which divides f_j only):
+`fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)` reads (f_i[a], f_j[a]); under
+grad-h f_j is divided by Omega_j, and f_i by Omega_i when `divideQuery` (Divergence, Curl,
+Laplacian: both; Gradient: f_j only).
+
+`fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, values, consistent, divideQuery)` is the
+component `a` of c_ij under the call's gradient scheme:
 
   ============== =========================================================
   Naive (1)      f_j V_j
@@ -26,7 +30,7 @@ import warp as wp
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 from .interpolate import apparentVolume_j
 
-__all__ = ["consistentVolume_j", "fieldCoefficient_ij"]
+__all__ = ["consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij"]
 
 
 @wp.func
@@ -46,17 +50,29 @@ def consistentVolume_j(q: Any, r: Any, corr: Any, i: wp.int32, j: wp.int32):
 
 
 @wp.func
-def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
-                        corr: Any, ks: Any, values: Any, consistent: wp.bool):
-    """c_ij[a] of the call's gradient scheme, f_i / Omega_i and f_j / Omega_j under grad-h."""
+def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, corr: Any,
+                   values: Any, divideQuery: wp.bool):
+    """(f_i[a], f_j[a]) from values = [query N_q F | reference N_r F]; under grad-h f_j is
+    divided by Omega_j, and f_i by Omega_i when `divideQuery` (`operators.md` §4.2)."""
     offset = q.masses.shape[0] * F
     f_j = values[offset + j * F + a]
     f_i = values[i * F + a]
     useGradH, omega_j = getGradH_j(corr, j)
     if useGradH:
-        useGradH_i, omega_i = getGradH_i(corr, i)
         f_j = f_j / omega_j
-        f_i = f_i / omega_i
+        if divideQuery:
+            useGradH_i, omega_i = getGradH_i(corr, i)
+            f_i = f_i / omega_i
+    return f_i, f_j
+
+
+@wp.func
+def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                        corr: Any, ks: Any, values: Any, consistent: wp.bool,
+                        divideQuery: wp.bool):
+    """c_ij[a] of the call's gradient scheme; f_j / Omega_j under grad-h, and f_i / Omega_i
+    when `divideQuery` (Divergence, Curl; not Gradient)."""
+    f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
     c = type(f_j)(0.0)
     scheme = ks.gradientMode
     if scheme == 2:

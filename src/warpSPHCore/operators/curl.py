@@ -60,8 +60,8 @@ def curlPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: 
             a2 = (a + 2) - 3 * ((a + 2) / 3)
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
-        c2 = fieldCoefficient_ij(i, j, a2 * P + s, F, q, r, corr, ks, extra, False)
-        c1 = fieldCoefficient_ij(i, j, a1 * P + s, F, q, r, corr, ks, extra, False)
+        c2 = fieldCoefficient_ij(i, j, a2 * P + s, F, q, r, corr, ks, extra, False, True)
+        c1 = fieldCoefficient_ij(i, j, a1 * P + s, F, q, r, corr, ks, extra, False, True)
         res = G[wp.min(a1, d - 1)] * c2 - G[wp.min(a2, d - 1)] * c1
     return res
 

@@ -67,15 +67,15 @@ def divergencePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
         res = fieldCoefficient_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r, corr,
-                                  ks, extra, consistent) * G[0]
+                                  ks, extra, consistent, True) * G[0]
         if d > 1:
             d1 = wp.min(1, d - 1)
             res = res + fieldCoefficient_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
-                                            r, corr, ks, extra, consistent) * G[d1]
+                                            r, corr, ks, extra, consistent, True) * G[d1]
         if d > 2:
             d2 = wp.min(2, d - 1)
             res = res + fieldCoefficient_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
-                                            r, corr, ks, extra, consistent) * G[d2]
+                                            r, corr, ks, extra, consistent, True) * G[d2]
     return res
 
 

@@ -2,7 +2,8 @@
 
 * G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
   renormalization L_i G; query-side terms only).
-* c_ij per `GradientScheme` (f_j -> f_j / Omega_j under grad-h; f_i is never divided):
+* c_ij per `GradientScheme` (`_coefficients.fieldCoefficient_ij`; f_j -> f_j / Omega_j
+  under grad-h, f_i is never divided):
 
   ============== =========================================================
   Naive (1)      f_j V_j
@@ -34,43 +35,15 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads, getGradH_j
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..util.precision import warpScalar
+from ._coefficients import fieldCoefficient_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
-from .interpolate import apparentVolume_j
 
-__all__ = ["gradientCoefficient_ij", "gradientPairTerm", "gradientKernel", "GRADIENT_SPEC"]
-
-
-@wp.func
-def gradientCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
-                           corr: Any, ks: Any, values: Any):
-    """c_ij[a] of the call's gradient scheme; values = [query N_q F | reference N_r F]."""
-    offset = q.masses.shape[0] * F
-    f_j = values[offset + j * F + a]
-    f_i = values[i * F + a]
-    useGradH, omega_j = getGradH_j(corr, j)
-    if useGradH:
-        f_j = f_j / omega_j
-    c = type(f_j)(0.0)
-    scheme = ks.gradientMode
-    if scheme == 2:
-        if q.hasDensities and r.hasDensities:
-            rho_i = q.densities[i]
-            rho_j = r.densities[j]
-            c = r.masses[j] * rho_i * (f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j))
-    else:
-        V_j = apparentVolume_j(r, corr, j)
-        if scheme == 3:
-            c = (f_j - f_i) * V_j
-        elif scheme == 4:
-            c = (f_j + f_i) * V_j
-        else:
-            c = f_j * V_j
-    return c
+__all__ = ["gradientPairTerm", "gradientKernel", "GRADIENT_SPEC"]
 
 
 # Inlined into both traversals: Warp passes struct arguments of a non-inlined function by
@@ -84,7 +57,7 @@ def gradientPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
-        res = gradientCoefficient_ij(i, j, k, F, q, r, corr, ks, extra) * G
+        res = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False) * G
     return res
 
 

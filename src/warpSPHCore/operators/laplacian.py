@@ -53,11 +53,12 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads, getGradH_i, getGradH_j
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import computePairwiseSupport, sphKernelLaplacian_ij
 from ..util.precision import warpScalar
+from ._coefficients import fieldValues_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 from .interpolate import apparentVolume_j
@@ -75,14 +76,7 @@ def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q
                            corr: Any, ks: Any, values: Any):
     """q_ij[k]: (f_j - f_i) V_j, or (f_j - f_i) m_j rho_i / rho_j^2 (Symmetric); f / Omega
     on both sides under grad-h. values = [query N_q F | reference N_r F]."""
-    offset = q.masses.shape[0] * F
-    f_j = values[offset + j * F + k]
-    f_i = values[i * F + k]
-    useGradH, omega_j = getGradH_j(corr, j)
-    if useGradH:
-        useGradH_i, omega_i = getGradH_i(corr, i)
-        f_j = f_j / omega_j
-        f_i = f_i / omega_i
+    f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, values, True)
     scale = type(f_j)(0.0)
     if ks.gradientMode == 2:
         if q.hasDensities and r.hasDensities:
