@@ -254,6 +254,15 @@ def main(argv=None) -> int:
                          ("torch", tor, torFwd)):
         rows[name] = {"fwd_bwd_ms": _median_ms(fb, args.repeats, device),
                       "fwd_ms": _median_ms(fw, args.repeats, device)}
+    # Warp's CPU backend runs a kernel on one thread; torch uses every core. The like-for-like
+    # comparison pins torch to one thread too (both are reported).
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and threads > 1:
+        torch.set_num_threads(1)
+        rows["torch_1_thread"] = {"fwd_bwd_ms": _median_ms(tor, args.repeats, device),
+                                  "fwd_ms": _median_ms(torFwd, args.repeats, device)}
+        torch.set_num_threads(threads)
+    results["meta"]["torch_threads"] = threads
     results["throughput"] = {
         "N": int(p.positions.shape[0]), "pairs": int(adj.i.numel()), "rows": rows,
         "fwd_bwd_ratio_floor": rows["ours"]["fwd_bwd_ms"] / rows["floor"]["fwd_bwd_ms"],
@@ -287,6 +296,12 @@ def main(argv=None) -> int:
     print(f"{'forward':18s} {r['ours']['fwd_ms']:9.2f} {r['floor']['fwd_ms']:9.2f}"
           f" {r['torch']['fwd_ms']:9.2f} {t['fwd_ratio_floor']:10.2f} "
           f"{r['ours']['fwd_ms'] / r['torch']['fwd_ms']:10.2f} {'<= 1.3x':>16s}")
+    print(f"  torch ran on {results['meta']['torch_threads']} threads, Warp's CPU kernels on one")
+    if "torch_1_thread" in r:
+        t1 = r["torch_1_thread"]
+        print(f"  torch pinned to 1 thread: forward+backward {t1['fwd_bwd_ms']:.2f} ms "
+              f"(ours/torch {r['ours']['fwd_bwd_ms'] / t1['fwd_bwd_ms']:.2f}), forward "
+              f"{t1['fwd_ms']:.2f} ms (ours/torch {r['ours']['fwd_ms'] / t1['fwd_ms']:.2f})")
     fmt = ", ".join
     print("  max relative difference vs ours (out, d/dx, d/df): floor "
           + fmt(f"{v:.1e}" for v in diffs["floor"]) + "; torch "
