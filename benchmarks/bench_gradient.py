@@ -87,18 +87,6 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _median_ms(fn, repeats, device):
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def setup(side, d, device, dtype):
     pos, dx = lattice(side, d)
     pos = pos.to(device=device, dtype=dtype)
@@ -211,7 +199,38 @@ def torchRunner(p, dom, adj, f, seed):
     return fwdBwd, fwdOnly, forward
 
 
+def _pinned(fn):
+    """`fn` with torch pinned to one thread (Warp's CPU kernels run on one)."""
+    def run():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(threads)
+    return run
+
+
+def _interleavedMedians(impls, repeats, device):
+    """{name: {"fwd_bwd_ms", "fwd_ms"}}: medians over `repeats` rounds, every implementation
+    timed once per round."""
+    times = {name: {"fwd_bwd_ms": [], "fwd_ms": []} for name in impls}
+    for fb, fw in impls.values():  # warm-up
+        fb()
+        fw()
+    for _ in range(repeats):
+        for name, (fb, fw) in impls.items():
+            for key, fn in (("fwd_bwd_ms", fb), ("fwd_ms", fw)):
+                _sync(device)
+                t0 = time.perf_counter()
+                fn()
+                _sync(device)
+                times[name][key].append((time.perf_counter() - t0) * 1e3)
+    return {name: {k: statistics.median(v) for k, v in d.items()} for name, d in times.items()}
+
+
 def _relDiff(a, b):
+    a, b = a.detach(), b.detach()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
@@ -233,7 +252,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "gradient.json"))
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -249,19 +268,13 @@ def main(argv=None) -> int:
     o, fl, tt = ours(), floor(), tor()
     diffs = {"floor": [_relDiff(a, b) for a, b in zip(fl, o)],
              "torch": [_relDiff(a, b) for a, b in zip(tt, o)]}
-    rows = {}
-    for name, fb, fw in (("ours", ours, oursFwd), ("floor", floor, floorFwd),
-                         ("torch", tor, torFwd)):
-        rows[name] = {"fwd_bwd_ms": _median_ms(fb, args.repeats, device),
-                      "fwd_ms": _median_ms(fw, args.repeats, device)}
-    # Warp's CPU backend runs a kernel on one thread; torch uses every core. The like-for-like
-    # comparison pins torch to one thread too (both are reported).
+    # Interleaved rounds (each implementation once per round, medians over rounds): slow
+    # drifts of a shared machine hit every implementation alike.
+    impls = {"ours": (ours, oursFwd), "floor": (floor, floorFwd), "torch": (tor, torFwd)}
     threads = torch.get_num_threads()
     if device.type == "cpu" and threads > 1:
-        torch.set_num_threads(1)
-        rows["torch_1_thread"] = {"fwd_bwd_ms": _median_ms(tor, args.repeats, device),
-                                  "fwd_ms": _median_ms(torFwd, args.repeats, device)}
-        torch.set_num_threads(threads)
+        impls["torch_1_thread"] = (_pinned(tor), _pinned(torFwd))
+    rows = _interleavedMedians(impls, args.repeats, device)
     results["meta"]["torch_threads"] = threads
     results["throughput"] = {
         "N": int(p.positions.shape[0]), "pairs": int(adj.i.numel()), "rows": rows,
@@ -286,7 +299,7 @@ def main(argv=None) -> int:
     t = results["throughput"]
     r = t["rows"]
     print(f"Gradient of a scalar (Naive), 2D {t['N']}, {t['pairs']} pairs, {device} "
-          f"{args.dtype}, median of {args.repeats}")
+          f"{args.dtype}, median of {args.repeats} interleaved rounds")
     print(f"{'case':18s} {'ours ms':>9s} {'floor ms':>9s} {'torch ms':>9s} {'ours/floor':>10s} "
           f"{'ours/torch':>10s} {'target':>16s}")
     print("-" * 87)

@@ -43,6 +43,7 @@ from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij, sphKernelGradient_ij
+from ..neighborhood.traversal import gridQueryCell
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..operators.corrected import correctedKernel_ij
 from ..operators.interpolate import apparentVolume_j
@@ -79,7 +80,7 @@ def crkVolumePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
     return res
 
 
-crkVolumeNeighborSum = makeNeighborSum(crkVolumePairTerm, "crkVolume")
+crkVolumeCsrSum, crkVolumeGridSum = makeNeighborSum(crkVolumePairTerm, "crkVolume")
 
 
 @wp.kernel
@@ -92,9 +93,13 @@ def crkVolumeKernel(queryState: Any, referenceState: Any, domainState: Any,
     zero = type(ks.normalizationCoefficient)(0.0)
     s = zero
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        s = crkVolumeNeighborSum(useAdjacency, adjacencyState, gridState, i, 0, 1, queryState,
-                                 referenceState, domainState, correctionData, ks,
-                                 referenceState.masses)
+        if useAdjacency:
+            s = crkVolumeCsrSum(adjacencyState, i, 0, 1, queryState, referenceState, domainState,
+                                correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            s = crkVolumeGridSum(gridState, cell, i, 0, 1, queryState, referenceState, domainState,
+                                 correctionData, ks, referenceState.masses)
     V = zero
     # the division lives here, on the returned raw sum (W4)
     if s != zero:
@@ -177,7 +182,7 @@ def crkMomentPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
     return res
 
 
-crkMomentNeighborSum = makeNeighborSum(crkMomentPairTerm, "crkMoments")
+crkMomentCsrSum, crkMomentGridSum = makeNeighborSum(crkMomentPairTerm, "crkMoments")
 
 
 @wp.kernel
@@ -197,9 +202,13 @@ def crkMomentsKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = crkMomentNeighborSum(useAdjacency, adjacencyState, gridState, i, c, K, queryState,
-                                   referenceState, domainState, correctionData, ks,
-                                   referenceState.masses)
+        if useAdjacency:
+            val = crkMomentCsrSum(adjacencyState, i, c, K, queryState, referenceState, domainState,
+                                  correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = crkMomentGridSum(gridState, cell, i, c, K, queryState, referenceState, domainState,
+                                   correctionData, ks, referenceState.masses)
     o2 = 1 + d
     o3 = o2 + dd
     o4 = o3 + d
@@ -250,7 +259,7 @@ def crkDensityPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     return res
 
 
-crkDensityNeighborSum = makeNeighborSum(crkDensityPairTerm, "crkDensity")
+crkDensityCsrSum, crkDensityGridSum = makeNeighborSum(crkDensityPairTerm, "crkDensity")
 
 
 @wp.kernel
@@ -265,12 +274,20 @@ def crkDensityKernel(queryState: Any, referenceState: Any, domainState: Any,
     num = zero
     den = zero
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        num = crkDensityNeighborSum(useAdjacency, adjacencyState, gridState, i, 0, 2,
-                                    queryState, referenceState, domainState, correctionData, ks,
-                                    referenceState.masses)
-        den = crkDensityNeighborSum(useAdjacency, adjacencyState, gridState, i, 1, 2,
-                                    queryState, referenceState, domainState, correctionData, ks,
-                                    referenceState.masses)
+        if useAdjacency:
+            num = crkDensityCsrSum(adjacencyState, i, 0, 2, queryState, referenceState,
+                                   domainState, correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            num = crkDensityGridSum(gridState, cell, i, 0, 2, queryState, referenceState, domainState,
+                                    correctionData, ks, referenceState.masses)
+        if useAdjacency:
+            den = crkDensityCsrSum(adjacencyState, i, 1, 2, queryState, referenceState,
+                                   domainState, correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            den = crkDensityGridSum(gridState, cell, i, 1, 2, queryState, referenceState, domainState,
+                                    correctionData, ks, referenceState.masses)
     rho = zero
     # the ratio lives here, on the returned raw sums (W4)
     if den != zero:

@@ -24,6 +24,7 @@ from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import OperatorSpec, OutputSpec, ShapeOf, SPHContext, launchOperator
 from ..kernels.evaluation import sphKernelDkDh
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..neighborhood.traversal import gridQueryCell
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..util.precision import warpScalar
 
@@ -44,7 +45,7 @@ def omegaPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r:
     return res
 
 
-omegaNeighborSum = makeNeighborSum(omegaPairTerm, "omega")
+omegaCsrSum, omegaGridSum = makeNeighborSum(omegaPairTerm, "omega")
 
 
 @wp.kernel
@@ -58,9 +59,13 @@ def omegaKernel(queryState: Any, referenceState: Any, domainState: Any,
     omega = one
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
         # the looped function only accumulates; the ratio is taken here (W3, W4)
-        s = omegaNeighborSum(useAdjacency, adjacencyState, gridState, i, 0, 1, queryState,
-                             referenceState, domainState, correctionData, ks,
-                             referenceState.masses)
+        if useAdjacency:
+            s = omegaCsrSum(adjacencyState, i, 0, 1, queryState, referenceState, domainState,
+                            correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            s = omegaGridSum(gridState, cell, i, 0, 1, queryState, referenceState, domainState,
+                             correctionData, ks, referenceState.masses)
         if ks.calibrateNormalization:
             s = s * ks.normalizationCoefficient
         h_i = queryState.supports[i]

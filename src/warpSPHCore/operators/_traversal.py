@@ -1,16 +1,28 @@
 """Lift one pair term to both neighbour traversals (CSR and grid) — one physics definition,
 many uses (STYLE.md §1).
 
-`makeNeighborSum(pairTerm, tag, vector=False)` returns a Warp function
+`makeNeighborSum(pairTerm, tag, vector=False)` returns two Warp functions
 
-    neighborSum(useAdjacency, adj, grid, i, k, F, q, r, dom, corr, ks, extra) -> sum
+    csrSum(adj, i, k, F, q, r, dom, corr, ks, extra) -> sum
+    gridSum(grid, cell, i, k, F, q, r, dom, corr, ks, extra) -> sum
 
-that sums ``pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)`` over the neighbours j of query
-i: the CSR row of `adj` when `useAdjacency`, else the 3^d grid stencil around the query's
-current cell. The sum is a scalar, or with ``vector=True`` a d-vector of the positions' type
-(whole-vector accumulation, W74): a pair term that yields all d components of one output row
-at once lets one thread evaluate the kernel gradient once instead of d times. `k` and `F` are the flat field component and field width (Density ignores
-them); `extra` is the operator's value input (any array or struct).
+that sum ``pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)`` over the neighbours j of query
+i: the CSR row of `adj`, or the 3^d grid stencil around `cell`, the query's current cell
+(``gridQueryCell(grid, x_i)``). A kernel picks one itself:
+
+    if useAdjacency:
+        val = fooCsrSum(adjacencyState, i, ...)
+    else:
+        cell = gridQueryCell(gridState, queryState.positions[i])
+        val = fooGridSum(gridState, cell, i, ...)
+
+Warp's adjoint of a function replays the forward of everything it calls, so a wrapper
+level around the neighbour loop costs one more traversal in backward; this flat layout made
+the Gradient's forward + backward ~1.5x faster than a combined `neighborSum(useAdjacency,
+...)` wrapper (docs/performance.md). The sum is a scalar, or with
+``vector=True`` a d-vector of the positions' type (whole-vector accumulation, W74): a pair
+term that yields all d components of one output row at once lets one thread evaluate the
+kernel gradient once instead of d times.
 
 Pitfalls shaping the structure (`warp-pitfalls.md`):
 
@@ -30,7 +42,7 @@ from typing import Any
 import warp as wp
 
 from ..kernels.geometry import computeDistanceVec
-from ..neighborhood.traversal import checkOffset, getIndexRange, gridQueryCell
+from ..neighborhood.traversal import checkOffset, getIndexRange
 
 __all__ = ["makeNeighborSum", "pairVector"]
 
@@ -94,17 +106,4 @@ def makeNeighborSum(pairTerm, tag: str, vector: bool = False):
             acc += cellSumF(grid, rng[0], rng[1], i, k, F, q, r, dom, corr, ks, extra)
         return acc
 
-    csrSumF = _named(csrSum, f"csrSum_{tag}")
-    gridSumF = _named(gridSum, f"gridSum_{tag}")
-
-    def neighborSum(useAdjacency: wp.bool, adj: Any, grid: Any, i: wp.int32, k: wp.int32,
-                    F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
-        acc = zero(q, ks)
-        if useAdjacency:
-            acc = csrSumF(adj, i, k, F, q, r, dom, corr, ks, extra)
-        else:
-            cell = gridQueryCell(grid, q.positions[i])
-            acc = gridSumF(grid, cell, i, k, F, q, r, dom, corr, ks, extra)
-        return acc
-
-    return _named(neighborSum, f"neighborSum_{tag}")
+    return _named(csrSum, f"csrSum_{tag}"), _named(gridSum, f"gridSum_{tag}")

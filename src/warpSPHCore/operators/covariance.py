@@ -26,6 +26,7 @@ from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij, correctedKernel_ij
@@ -58,7 +59,7 @@ def covariancePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     return res
 
 
-covarianceNeighborSum = makeNeighborSum(covariancePairTerm, "covariance")
+covarianceCsrSum, covarianceGridSum = makeNeighborSum(covariancePairTerm, "covariance")
 
 
 @wp.kernel
@@ -74,9 +75,13 @@ def covarianceKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = covarianceNeighborSum(useAdjacency, adjacencyState, gridState, i, k, dd,
-                                    queryState, referenceState, domainState, correctionData, ks,
-                                    referenceState.masses)
+        if useAdjacency:
+            val = covarianceCsrSum(adjacencyState, i, k, dd, queryState, referenceState,
+                                   domainState, correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = covarianceGridSum(gridState, cell, i, k, dd, queryState, referenceState, domainState,
+                                    correctionData, ks, referenceState.masses)
     if k < dd:
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient

@@ -31,6 +31,7 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -66,7 +67,7 @@ def curlPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: 
     return res
 
 
-curlNeighborSum = makeNeighborSum(curlPairTerm, "curl")
+curlCsrSum, curlGridSum = makeNeighborSum(curlPairTerm, "curl")
 
 
 @wp.kernel
@@ -87,9 +88,13 @@ def curlKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjace
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if d > 1 and checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = curlNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
-                              queryState, referenceState, domainState, correctionData, ks,
-                              values)
+        if useAdjacency:
+            val = curlCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                             domainState, correctionData, ks, values)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = curlGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState, domainState,
+                              correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val

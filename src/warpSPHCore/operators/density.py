@@ -23,6 +23,7 @@ from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._traversal import makeNeighborSum, pairVector
 
@@ -44,7 +45,7 @@ def densityPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, 
     return res
 
 
-densityNeighborSum = makeNeighborSum(densityPairTerm, "density")
+densityCsrSum, densityGridSum = makeNeighborSum(densityPairTerm, "density")
 
 
 @wp.kernel
@@ -56,9 +57,13 @@ def densityKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     rho = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        rho = densityNeighborSum(useAdjacency, adjacencyState, gridState, i, 0, 1, queryState,
-                                 referenceState, domainState, correctionData, ks,
-                                 referenceState.masses)
+        if useAdjacency:
+            rho = densityCsrSum(adjacencyState, i, 0, 1, queryState, referenceState, domainState,
+                                correctionData, ks, referenceState.masses)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            rho = densityGridSum(gridState, cell, i, 0, 1, queryState, referenceState, domainState,
+                                 correctionData, ks, referenceState.masses)
         if ks.calibrateNormalization:
             rho = rho * ks.normalizationCoefficient
     out[i] = rho

@@ -33,6 +33,7 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -79,7 +80,7 @@ def divergencePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     return res
 
 
-divergenceNeighborSum = makeNeighborSum(divergencePairTerm, "divergence")
+divergenceCsrSum, divergenceGridSum = makeNeighborSum(divergencePairTerm, "divergence")
 
 
 @wp.kernel
@@ -100,9 +101,13 @@ def divergenceKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = divergenceNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
-                                    queryState, referenceState, domainState, correctionData, ks,
-                                    values)
+        if useAdjacency:
+            val = divergenceCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                                   domainState, correctionData, ks, values)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = divergenceGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                                    domainState, correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val

@@ -38,6 +38,7 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -61,7 +62,7 @@ def gradientPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
     return res
 
 
-gradientNeighborSum = makeNeighborSum(gradientPairTerm, "gradient", vector=True)
+gradientCsrSum, gradientGridSum = makeNeighborSum(gradientPairTerm, "gradient", vector=True)
 
 
 @wp.kernel
@@ -77,9 +78,13 @@ def gradientKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = queryState.positions.dtype()
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = gradientNeighborSum(useAdjacency, adjacencyState, gridState, i, a, fieldWidth,
-                                  queryState, referenceState, domainState, correctionData, ks,
-                                  values)
+        if useAdjacency:
+            val = gradientCsrSum(adjacencyState, i, a, fieldWidth, queryState, referenceState,
+                                 domainState, correctionData, ks, values)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = gradientGridSum(gridState, cell, i, a, fieldWidth, queryState, referenceState,
+                                  domainState, correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     base = tid * domainState.dim

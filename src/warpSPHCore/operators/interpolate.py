@@ -24,6 +24,7 @@ from ..autograd.arg_extract import declareStateOverloads, getVolume_j
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
@@ -63,7 +64,7 @@ def interpolatePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
     return res
 
 
-interpolateNeighborSum = makeNeighborSum(interpolatePairTerm, "interpolate")
+interpolateCsrSum, interpolateGridSum = makeNeighborSum(interpolatePairTerm, "interpolate")
 
 
 @wp.kernel
@@ -79,9 +80,13 @@ def interpolateKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = interpolateNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
-                                     queryState, referenceState, domainState, correctionData,
-                                     ks, referenceValues)
+        if useAdjacency:
+            val = interpolateCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                                    domainState, correctionData, ks, referenceValues)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = interpolateGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                                     domainState, correctionData, ks, referenceValues)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val

@@ -57,6 +57,7 @@ from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import computePairwiseSupport, sphKernelLaplacian_ij
+from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldValues_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -144,7 +145,7 @@ def laplacianPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
     return res
 
 
-laplacianNeighborSum = makeNeighborSum(laplacianPairTerm, "laplacian")
+laplacianCsrSum, laplacianGridSum = makeNeighborSum(laplacianPairTerm, "laplacian")
 
 
 @wp.kernel
@@ -159,9 +160,13 @@ def laplacianKernel(queryState: Any, referenceState: Any, domainState: Any,
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = laplacianNeighborSum(useAdjacency, adjacencyState, gridState, i, k, fieldWidth,
-                                   queryState, referenceState, domainState, correctionData, ks,
-                                   values)
+        if useAdjacency:
+            val = laplacianCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                                  domainState, correctionData, ks, values)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = laplacianGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                                   domainState, correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val
