@@ -23,4 +23,5 @@ status=0
 timeout 420 $PY -m pytest -q -p no:cacheprovider -k "cuda_0" -m "not slow" tests 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 25 || status=1
 timeout 150 $PY benchmarks/run.py --device cuda:0 --json "$OUT/bench-cuda.json" 2>&1 | tee "$OUT/bench-cuda.txt" || status=1
 timeout 90 $PY benchmarks/bench_density.py --device cuda:0 --json "$OUT/bench-density-cuda.json" 2>&1 | tee -a "$OUT/bench-cuda.txt" || status=1
+timeout 120 $PY benchmarks/bench_gradient.py --device cuda:0 --json "$OUT/bench-gradient-cuda.json" 2>&1 | tee -a "$OUT/bench-cuda.txt" || status=1
 exit $status
