@@ -253,6 +253,25 @@ def pairKernelGradient(kernel: int, d: int, x, hq, hr, mode: int):
     return np.asarray(G).reshape(nq, nr, d)
 
 
+def correctedGradientReference(x, W, G, crk=None, renorm=None):
+    """(G^R [N_q, N_r, d], W^R [N_q, N_r]): grad W^R_ij = A W B + A (1 + B.x) grad W
+    + (1 + B.x) W grad A + A W (grad B x), with (grad B x)_g = sum_c gradB[g, c] x_c, then
+    L_i G (operators.md §2.0, §4.3, §4.4). crk = (A, B, gradA, gradB) tensors or None."""
+    WR = W
+    if crk is not None:
+        A, B, gA, gB = (_np(t) for t in crk)
+        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
+        gBx = np.einsum("igc,ijc->ijg", gB, x)
+        G = (A[:, None, None] * W[..., None] * B[:, None, :]
+             + (A[:, None] * s)[..., None] * G
+             + (s * W)[..., None] * gA[:, None, :]
+             + (A[:, None] * W)[..., None] * gBx)
+        WR = A[:, None] * s * W
+    if renorm is not None:
+        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    return G, WR
+
+
 def gradientReference(query, domain, props, queryValues, referenceValues=None, reference=None,
                       volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
     """out_i = N sum_j c_ij (x) G_ij, derivative last (operators.md §2.3, §4.2-4.4).
@@ -270,16 +289,7 @@ def gradientReference(query, domain, props, queryValues, referenceValues=None, r
     hq, hr = _np(query.supports), _np(ref.supports)
     W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
     G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    if crk is not None:
-        A, B, gA, gB = (_np(t) for t in crk)
-        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
-        gBx = np.einsum("igc,ijc->ijg", gB, x)  # (grad B x)_g = sum_c gradB[g, c] x_c
-        G = (A[:, None, None] * W[..., None] * B[:, None, :]
-             + (A[:, None] * s)[..., None] * G
-             + (s * W)[..., None] * gA[:, None, :]
-             + (A[:, None] * W)[..., None] * gBx)
-    if renorm is not None:
-        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    G, WR = correctedGradientReference(x, W, G, crk, renorm)
     fq = _np(queryValues).reshape(nq, -1)
     fr = _np(referenceValues).reshape(nr, -1)
     if omegas is not None:
@@ -315,18 +325,7 @@ def covarianceReference(query, domain, props, reference=None, volumes=None, crk=
     hq, hr = _np(query.supports), _np(ref.supports)
     W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
     G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    WR = W
-    if crk is not None:
-        A, B, gA, gB = (_np(t) for t in crk)
-        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
-        gBx = np.einsum("igc,ijc->ijg", gB, x)
-        G = (A[:, None, None] * W[..., None] * B[:, None, :]
-             + (A[:, None] * s)[..., None] * G
-             + (s * W)[..., None] * gA[:, None, :]
-             + (A[:, None] * W)[..., None] * gBx)
-        WR = A[:, None] * s * W
-    if renorm is not None:
-        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    G, WR = correctedGradientReference(x, W, G, crk, renorm)
     V = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
     qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
     C = np.einsum("ija,ijb,j->iab", -x, G, V * rm)
@@ -416,16 +415,7 @@ def fieldPairTerms(query, domain, props, queryValues, referenceValues=None, refe
     hq, hr = _np(query.supports), _np(ref.supports)
     W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
     G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    if crk is not None:
-        A, B, gA, gB = (_np(t) for t in crk)
-        s = 1.0 + np.einsum("ijc,ic->ij", x, B)
-        gBx = np.einsum("igc,ijc->ijg", gB, x)
-        G = (A[:, None, None] * W[..., None] * B[:, None, :]
-             + (A[:, None] * s)[..., None] * G
-             + (s * W)[..., None] * gA[:, None, :]
-             + (A[:, None] * W)[..., None] * gBx)
-    if renorm is not None:
-        G = np.einsum("iab,ijb->ija", _np(renorm), G)
+    G, WR = correctedGradientReference(x, W, G, crk, renorm)
     fq = _np(queryValues).reshape(nq, -1)
     fr = _np(referenceValues).reshape(nr, -1)
     if omegas is not None:
@@ -551,16 +541,7 @@ def laplacianReference(query, domain, props, queryValues, referenceValues=None, 
     else:
         W = pairKernel(props.kernel, d, x, hq, hr, mode)
         G = pairKernelGradient(props.kernel, d, x, hq, hr, mode)
-        if crk is not None:
-            A, B, gA, gB = (_np(t) for t in crk)
-            s = 1.0 + np.einsum("ijc,ic->ij", x, B)
-            gBx = np.einsum("igc,ijc->ijg", gB, x)
-            G = (A[:, None, None] * W[..., None] * B[:, None, :]
-                 + (A[:, None] * s)[..., None] * G
-                 + (s * W)[..., None] * gA[:, None, :]
-                 + (A[:, None] * W)[..., None] * gBx)
-        if renorm is not None:
-            G = np.einsum("iab,ijb->ija", _np(renorm), G)
+        G, WR = correctedGradientReference(x, W, G, crk, renorm)
         hij = kr.pairSupport(mode, hq[:, None] + 0 * hr[None, :], hr[None, :] + 0 * hq[:, None])
         D = r + 1e-8 * hij
         n = x / D[..., None]
