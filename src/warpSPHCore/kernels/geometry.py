@@ -64,8 +64,13 @@ def computeDistanceVec(
     initial value still receives the adjoint; measured with Warp 1.19, W74 family).
     """
     res = type(xi)()
-    for k in range(dim):
-        res[k] = minimumImage(xi[k], xj[k], domainMin[k], domainMax[k], periodicity[k])
+    # A constant-bound loop (unrolled by Warp, guarded by `dim`) instead of range(dim): a
+    # runtime-bound loop here costs a loop frame per pair in the forward and in every
+    # adjoint replay (the Gradient floor kernel: forward 25 -> 21 ms, forward + backward
+    # 84 -> 74 ms at 2D 16384; docs/performance.md).
+    for k in range(3):
+        if k < dim:
+            res[k] = minimumImage(xi[k], xj[k], domainMin[k], domainMax[k], periodicity[k])
     return res
 
 
