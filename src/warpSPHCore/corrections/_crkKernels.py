@@ -207,8 +207,8 @@ def crkMomentsKernel(queryState: Any, referenceState: Any, domainState: Any,
                                   correctionData, ks, referenceState.masses)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            val = crkMomentGridSum(gridState, cell, i, c, K, queryState, referenceState, domainState,
-                                   correctionData, ks, referenceState.masses)
+            val = crkMomentGridSum(gridState, cell, i, c, K, queryState, referenceState,
+                                   domainState, correctionData, ks, referenceState.masses)
     o2 = 1 + d
     o3 = o2 + dd
     o4 = o3 + d
@@ -279,15 +279,15 @@ def crkDensityKernel(queryState: Any, referenceState: Any, domainState: Any,
                                    domainState, correctionData, ks, referenceState.masses)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            num = crkDensityGridSum(gridState, cell, i, 0, 2, queryState, referenceState, domainState,
-                                    correctionData, ks, referenceState.masses)
+            num = crkDensityGridSum(gridState, cell, i, 0, 2, queryState, referenceState,
+                                    domainState, correctionData, ks, referenceState.masses)
         if useAdjacency:
             den = crkDensityCsrSum(adjacencyState, i, 1, 2, queryState, referenceState,
                                    domainState, correctionData, ks, referenceState.masses)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            den = crkDensityGridSum(gridState, cell, i, 1, 2, queryState, referenceState, domainState,
-                                    correctionData, ks, referenceState.masses)
+            den = crkDensityGridSum(gridState, cell, i, 1, 2, queryState, referenceState,
+                                    domainState, correctionData, ks, referenceState.masses)
     rho = zero
     # the ratio lives here, on the returned raw sums (W4)
     if den != zero:

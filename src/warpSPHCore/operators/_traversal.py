@@ -1,7 +1,7 @@
 """Lift one pair term to both neighbour traversals (CSR and grid) — one physics definition,
 many uses (STYLE.md §1).
 
-`makeNeighborSum(pairTerm, tag, vector=False)` returns two Warp functions
+`makeNeighborSum(pairTerm, tag, vector=False, replayZero=False)` returns two Warp functions
 
     csrSum(adj, i, k, F, q, r, dom, corr, ks, extra) -> sum
     gridSum(grid, cell, i, k, F, q, r, dom, corr, ks, extra) -> sum
@@ -22,7 +22,9 @@ the Gradient's forward + backward ~1.5x faster than a combined `neighborSum(useA
 ...)` wrapper (docs/performance.md). The sum is a scalar, or with
 ``vector=True`` a d-vector of the positions' type (whole-vector accumulation, W74): a pair
 term that yields all d components of one output row at once lets one thread evaluate the
-kernel gradient once instead of d times.
+kernel gradient once instead of d times. With ``replayZero=True`` (every operator kernel: it
+only scales and stores the sum) the two sums are concrete per (scalar type, d) and Warp's
+backward replay of the kernel's forward returns zero instead of traversing (`_withZeroReplay`).
 
 Pitfalls shaping the structure (`warp-pitfalls.md`):
 
@@ -37,6 +39,7 @@ Pitfalls shaping the structure (`warp-pitfalls.md`):
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import warp as wp
@@ -70,7 +73,7 @@ def _named(fn, name: str):
     return wp.func(fn)
 
 
-def makeNeighborSum(pairTerm, tag: str, vector: bool = False):
+def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool = False):
     """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`);
     `vector`: the pair term returns a d-vector (the positions' type) instead of a scalar."""
     zero = _vectorZero if vector else _scalarZero
@@ -106,4 +109,57 @@ def makeNeighborSum(pairTerm, tag: str, vector: bool = False):
             acc += cellSumF(grid, rng[0], rng[1], i, k, F, q, r, dom, corr, ks, extra)
         return acc
 
-    return _named(csrSum, f"csrSum_{tag}"), _named(gridSum, f"gridSum_{tag}")
+    if not replayZero:
+        return _named(csrSum, f"csrSum_{tag}"), _named(gridSum, f"gridSum_{tag}")
+
+    def csrReplay(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
+                  corr: Any, ks: Any, extra: Any):
+        return zero(q, ks)
+
+    def gridReplay(grid: Any, cell: wp.vec3l, i: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                   r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
+        return zero(q, ks)
+
+    return (_withZeroReplay(csrSum, csrReplay, f"csrSum_{tag}", "adj"),
+            _withZeroReplay(gridSum, gridReplay, f"gridSum_{tag}", "grid"))
+
+
+def _copy(fn, name: str, annotations: dict):
+    """A copy of the Python function `fn` (same code and closure) with concrete annotations."""
+    g = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    g.__qualname__ = name
+    g.__annotations__ = dict(annotations)
+    return g
+
+
+def _withZeroReplay(fn, replay, name: str, structure: str):
+    """`fn` as concrete float32/float64 x d = 1, 2, 3 overloads of one Warp function, each with
+    a replay that returns zero instead of traversing (Warp accepts custom replays only for
+    concrete signatures).
+
+    Warp's backward replays a kernel's forward before running its adjoint. The operator
+    kernels only scale and store a neighbour sum, so their adjoint needs none of its value,
+    and the adjoint of every pair term recomputes what it needs itself: the replay can skip
+    the whole traversal. Only for sums whose value the calling kernel does not use in its
+    adjoint (not the CRK volume, CRK density or Omega kernels, which divide by or multiply
+    with the sum)."""
+    from ..autograd.arg_extract import structFor
+
+    result = None
+    for s in (wp.float32, wp.float64):
+        for d in (1, 2, 3):
+            ann = {"i": wp.int32, "k": wp.int32, "F": wp.int32,
+                   "q": structFor("particle", d, s), "r": structFor("particle", d, s),
+                   "dom": structFor("domain", d, s), "corr": structFor("correction", d, s),
+                   "ks": structFor("kernelState", d, s), "extra": wp.array(dtype=s)}
+            if structure == "adj":
+                ann = {"adj": structFor("adjacency", d, s), **ann}
+            else:
+                ann = {"grid": structFor("grid", d, s), "cell": wp.vec3l, **ann}
+            f = wp.func(_copy(fn, name, ann))
+            if result is None:
+                result = f
+            else:
+                result.add_overload(f)
+            wp.func_replay(result)(_copy(replay, f"{name}_replay", ann))
+    return result

@@ -59,7 +59,8 @@ def covariancePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     return res
 
 
-covarianceCsrSum, covarianceGridSum = makeNeighborSum(covariancePairTerm, "covariance")
+covarianceCsrSum, covarianceGridSum = makeNeighborSum(covariancePairTerm, "covariance",
+                                                      replayZero=True)
 
 
 @wp.kernel
@@ -80,8 +81,8 @@ def covarianceKernel(queryState: Any, referenceState: Any, domainState: Any,
                                    domainState, correctionData, ks, referenceState.masses)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            val = covarianceGridSum(gridState, cell, i, k, dd, queryState, referenceState, domainState,
-                                    correctionData, ks, referenceState.masses)
+            val = covarianceGridSum(gridState, cell, i, k, dd, queryState, referenceState,
+                                    domainState, correctionData, ks, referenceState.masses)
     if k < dd:
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient

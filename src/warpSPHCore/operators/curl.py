@@ -67,7 +67,7 @@ def curlPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: 
     return res
 
 
-curlCsrSum, curlGridSum = makeNeighborSum(curlPairTerm, "curl")
+curlCsrSum, curlGridSum = makeNeighborSum(curlPairTerm, "curl", replayZero=True)
 
 
 @wp.kernel
@@ -93,8 +93,8 @@ def curlKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjace
                              domainState, correctionData, ks, values)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            val = curlGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState, domainState,
-                              correctionData, ks, values)
+            val = curlGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                              domainState, correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
     out[tid] = val

@@ -45,7 +45,7 @@ def densityPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, 
     return res
 
 
-densityCsrSum, densityGridSum = makeNeighborSum(densityPairTerm, "density")
+densityCsrSum, densityGridSum = makeNeighborSum(densityPairTerm, "density", replayZero=True)
 
 
 @wp.kernel

@@ -80,7 +80,8 @@ def divergencePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     return res
 
 
-divergenceCsrSum, divergenceGridSum = makeNeighborSum(divergencePairTerm, "divergence")
+divergenceCsrSum, divergenceGridSum = makeNeighborSum(divergencePairTerm, "divergence",
+                                                      replayZero=True)
 
 
 @wp.kernel

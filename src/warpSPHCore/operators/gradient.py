@@ -62,7 +62,8 @@ def gradientPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
     return res
 
 
-gradientCsrSum, gradientGridSum = makeNeighborSum(gradientPairTerm, "gradient", vector=True)
+gradientCsrSum, gradientGridSum = makeNeighborSum(gradientPairTerm, "gradient", vector=True,
+                                                   replayZero=True)
 
 
 @wp.kernel

@@ -64,7 +64,8 @@ def interpolatePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
     return res
 
 
-interpolateCsrSum, interpolateGridSum = makeNeighborSum(interpolatePairTerm, "interpolate")
+interpolateCsrSum, interpolateGridSum = makeNeighborSum(interpolatePairTerm, "interpolate",
+                                                        replayZero=True)
 
 
 @wp.kernel

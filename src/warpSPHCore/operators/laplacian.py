@@ -145,7 +145,7 @@ def laplacianPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
     return res
 
 
-laplacianCsrSum, laplacianGridSum = makeNeighborSum(laplacianPairTerm, "laplacian")
+laplacianCsrSum, laplacianGridSum = makeNeighborSum(laplacianPairTerm, "laplacian", replayZero=True)
 
 
 @wp.kernel
