@@ -5,9 +5,10 @@ pure-torch edge-list implementation, same CSR, same run.
    scalar field, Naive scheme with V_j = m_j / rho_j, gradients w.r.t. the values and the
    positions:
    * ours: `warpOperation(Gradient)` forward, then `backward` of a fixed seed;
-   * floor: `floorGradient`, a minimal Warp kernel computing the same sum with the same kernel
-     functions (no structs, no masking, no corrections), recorded on a `wp.Tape` whose
-     `backward` gives the same two gradients (prebuilt arrays, no torch bridge);
+   * floor: `floorGradient`, a minimal Warp kernel computing the same sum from the same inputs
+     (positions, supports, masses, densities, values; V_j = m_j / rho_j per pair) with the
+     same kernel functions (no structs, no masking, no corrections), recorded on a `wp.Tape`
+     whose `backward` gives the same two gradients (prebuilt arrays, no torch bridge);
    * torch: an edge list (i, j) from the same CSR, x_ij with the minimum image, the Wendland2
      gradient written in torch, `index_add_` per query, autograd backward.
    Targets: forward + backward <= 2x the floor and faster than torch; forward alone <= 1.3x
@@ -59,26 +60,27 @@ KERNEL = KernelFunctions.Wendland2
 
 
 @wp.kernel
-def floorGradient(x: wp.array(dtype=Any), h: wp.array(dtype=Any), V: wp.array(dtype=Any),
-                  f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64),
+def floorGradient(x: wp.array(dtype=Any), h: wp.array(dtype=Any), m: wp.array(dtype=Any),
+                  rho: wp.array(dtype=Any), f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64),
                   off: wp.array(dtype=wp.int32), cnt: wp.array(dtype=wp.int32),
                   lo: wp.array(dtype=Any), hi: wp.array(dtype=Any), per: wp.array(dtype=wp.bool),
                   dim: wp.int32, kernel: wp.int32, out: wp.array(dtype=Any)):
-    """out_i = sum_j f_j V_j grad W(x_ij, h_i) — the Naive Gradient of a scalar, nothing else."""
+    """out_i = sum_j f_j (m_j / rho_j) grad W(x_ij, h_i) — the Naive Gradient of a scalar from
+    the same inputs as ours (V_j = m_j / rho_j per pair), nothing else."""
     i = wp.tid()
-    out[i] = _floorRow(x, h, V, f, nbr, off[i], cnt[i], lo, hi, per, dim, kernel, i)
+    out[i] = _floorRow(x, h, m, rho, f, nbr, off[i], cnt[i], lo, hi, per, dim, kernel, i)
 
 
 @wp.func
-def _floorRow(x: wp.array(dtype=Any), h: wp.array(dtype=Any), V: wp.array(dtype=Any),
-              f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64), first: wp.int32,
+def _floorRow(x: wp.array(dtype=Any), h: wp.array(dtype=Any), m: wp.array(dtype=Any),
+              rho: wp.array(dtype=Any), f: wp.array(dtype=Any), nbr: wp.array(dtype=wp.int64), first: wp.int32,
               count: wp.int32, lo: wp.array(dtype=Any), hi: wp.array(dtype=Any),
               per: wp.array(dtype=wp.bool), dim: wp.int32, kernel: wp.int32, i: wp.int32):
     acc = x[i] * type(h[i])(0.0)
     for e in range(first, first + count):
         j = wp.int32(nbr[e])
         x_ij = computeDistanceVec(x[i], x[j], lo, hi, per, dim)
-        acc += (f[j] * V[j]) * sphKernelGradient(x_ij, h[i], kernel, dim)
+        acc += (f[j] * (m[j] / rho[j])) * sphKernelGradient(x_ij, h[i], kernel, dim)
     return acc
 
 
@@ -136,11 +138,12 @@ def floorRunner(p, dom, adj, f, seed, device):
     wdev = warpDevice(device)
     x = wp.from_torch(p.positions.detach().clone(), dtype=Vt, requires_grad=True)
     fv = wp.from_torch(f.detach().clone(), dtype=S, requires_grad=True)
-    V = wp.from_torch((p.masses / p.densities).detach().contiguous(), dtype=S)
+    m = wp.from_torch(p.masses.detach(), dtype=S)
+    rho = wp.from_torch(p.densities.detach(), dtype=S)
     h = wp.from_torch(p.supports.detach(), dtype=S)
     out = wp.zeros(n, dtype=Vt, device=wdev, requires_grad=True)
     seedW = wp.from_torch(seed.detach().contiguous(), dtype=Vt)
-    inputs = [x, h, V, fv, wp.from_torch(adj.j), wp.from_torch(adj.edgeOffsets),
+    inputs = [x, h, m, rho, fv, wp.from_torch(adj.j), wp.from_torch(adj.edgeOffsets),
               wp.from_torch(adj.numNeighbors), wp.from_torch(dom.min, dtype=S),
               wp.from_torch(dom.max, dtype=S), wp.from_torch(dom.periodic), d, int(KERNEL)]
 
