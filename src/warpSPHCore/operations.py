@@ -27,18 +27,12 @@ from .enumTypes import (
     WarpOperation,
 )
 from .operators import operatorEntry
+from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
 __all__ = ["warpOperation", "sphOperation_warp"]
 
 _WHERE = "warpOperation"
-
-
-def _isFunctorchWrapped(t) -> bool:
-    try:
-        return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
-    except AttributeError:  # pragma: no cover (older torch)
-        return False
 
 
 def _collectTensors(queryParticles, referenceParticles, domain, queryValues, referenceValues,
@@ -78,7 +72,7 @@ def _checkTensors(tensors, device):
     for name, t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if _isFunctorchWrapped(t):
+        if isFunctorchWrapped(t):
             raise NotImplementedError(
                 f"{_WHERE}: {name} is a torch.func (functorch) wrapped tensor; torch.func "
                 "transforms are not supported by the Warp bridge. Use "
@@ -239,7 +233,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     _checkTensors(tensors, device)
     for name, t in (("queryParticles.kinds", queryParticles.kinds),
                     ("referenceParticles.kinds", referenceParticles.kinds)):
-        if isinstance(t, torch.Tensor) and _isFunctorchWrapped(t):
+        if isinstance(t, torch.Tensor) and isFunctorchWrapped(t):
             raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; use "
                                       "torch.autograd.forward_ad instead")
 

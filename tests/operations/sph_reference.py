@@ -272,6 +272,19 @@ def correctedGradientReference(x, W, G, crk=None, renorm=None):
     return G, WR
 
 
+def correctedPairGeometry(query, ref, domain, props, crk=None, renorm=None):
+    """(x [N_q, N_r, d], hq, hr, W, G^R, W^R) under the call's support scheme, with CRK then L
+    applied to the gradient (`correctedGradientReference`)."""
+    lo, hi, per = _domainArrays(domain)
+    d = query.positions.shape[1]
+    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
+    hq, hr = _np(query.supports), _np(ref.supports)
+    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
+    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
+    G, WR = correctedGradientReference(x, W, G, crk, renorm)
+    return x, hq, hr, W, G, WR
+
+
 def gradientReference(query, domain, props, queryValues, referenceValues=None, reference=None,
                       volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
     """out_i = N sum_j c_ij (x) G_ij, derivative last (operators.md §2.3, §4.2-4.4).
@@ -282,14 +295,9 @@ def gradientReference(query, domain, props, queryValues, referenceValues=None, r
     ref = query if reference is None else reference
     if referenceValues is None:
         referenceValues = queryValues
-    lo, hi, per = _domainArrays(domain)
     d = query.positions.shape[1]
     nq, nr = query.positions.shape[0], ref.positions.shape[0]
-    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
-    hq, hr = _np(query.supports), _np(ref.supports)
-    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
-    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    G, WR = correctedGradientReference(x, W, G, crk, renorm)
+    x, hq, hr, W, G, WR = correctedPairGeometry(query, ref, domain, props, crk, renorm)
     fq = _np(queryValues).reshape(nq, -1)
     fr = _np(referenceValues).reshape(nr, -1)
     if omegas is not None:
@@ -319,13 +327,7 @@ def covarianceReference(query, domain, props, reference=None, volumes=None, crk=
     """(C [N_q, d, d], n [N_q]) of operators.md §2.7: C_i = N sum_j V_j (x_j - x_i) (x) G_ij
     (rows: position component) and n_i = #{admitted j : W^R_ij > 0}; masked queries 0."""
     ref = query if reference is None else reference
-    lo, hi, per = _domainArrays(domain)
-    d = query.positions.shape[1]
-    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
-    hq, hr = _np(query.supports), _np(ref.supports)
-    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
-    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    G, WR = correctedGradientReference(x, W, G, crk, renorm)
+    x, hq, hr, W, G, WR = correctedPairGeometry(query, ref, domain, props, crk, renorm)
     V = _np(volumes) if volumes is not None else _np(ref.masses) / _np(ref.densities)
     qm, rm = masks(props.operationMode, query.kinds.cpu().numpy(), ref.kinds.cpu().numpy())
     C = np.einsum("ija,ijb,j->iab", -x, G, V * rm)
@@ -408,14 +410,8 @@ def fieldPairTerms(query, domain, props, queryValues, referenceValues=None, refe
     ref = query if reference is None else reference
     if referenceValues is None:
         referenceValues = queryValues
-    lo, hi, per = _domainArrays(domain)
-    d = query.positions.shape[1]
     nq, nr = query.positions.shape[0], ref.positions.shape[0]
-    x = pairVectors(_np(query.positions), _np(ref.positions), lo, hi, per)
-    hq, hr = _np(query.supports), _np(ref.supports)
-    W = pairKernel(props.kernel, d, x, hq, hr, props.supportMode)
-    G = pairKernelGradient(props.kernel, d, x, hq, hr, props.supportMode)
-    G, WR = correctedGradientReference(x, W, G, crk, renorm)
+    x, hq, hr, W, G, WR = correctedPairGeometry(query, ref, domain, props, crk, renorm)
     fq = _np(queryValues).reshape(nq, -1)
     fr = _np(referenceValues).reshape(nr, -1)
     if omegas is not None:

@@ -46,6 +46,7 @@ from ..autograd.launcher import launch_kernel
 from ..autograd.stateAwareWarpFunction import StateAwareWarpFunction
 from ..dataTypes.corrections import RenormalizationState
 from ..enumTypes import WarpOperation
+from ..util.conversion import isFunctorchWrapped
 from ..util.precision import warpScalar
 from ._renormKernels import pinv1Kernel, pinv2Kernel, pinv3Kernel
 
@@ -69,17 +70,10 @@ def _bridgeLaunch(kernel, C, outputDtypes):
     return StateAwareWarpFunction.apply(None, build_fn, launch_kernel, kernel, shape, dtype, C)
 
 
-def _isFunctorchWrapped(t) -> bool:
-    try:
-        return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
-    except AttributeError:  # pragma: no cover (older torch)
-        return False
-
-
 def _checkMatrices(owner: str, C, d: int | None = None):
     if not isinstance(C, torch.Tensor):
         raise TypeError(f"{owner}: C must be a torch.Tensor, got {type(C).__name__}")
-    if _isFunctorchWrapped(C):
+    if isFunctorchWrapped(C):
         raise NotImplementedError(f"{owner}: C is a torch.func (functorch) wrapped tensor; "
                                   "torch.func transforms are not supported by the Warp bridge. "
                                   "Use reverse mode (or torch.autograd.forward_ad where a JVP "

@@ -36,3 +36,11 @@ def toWarp(t: torch.Tensor, dtype=None) -> wp.array:
     """Non-differentiable Warp view of `t` (dtype: Warp scalar/vector/matrix type or None)."""
     ensureWarp()
     return wp.from_torch(canonical(t), dtype=dtype, requires_grad=False)
+
+
+def isFunctorchWrapped(t) -> bool:
+    """True for a torch.func (functorch) wrapped tensor, which the Warp bridge cannot read."""
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
+    except AttributeError:  # pragma: no cover (older torch)
+        return False
