@@ -68,13 +68,14 @@ from .neighborhood import (
     radiusNaiveFixed,
     radiusSearchCompactHashMap,
 )
-from .operations import sphOperation_warp, warpOperation
+from .operations import sphOperation_warp, warpOperation, warpOperationJVP
 from .sampling import generateNeighborTestData, sampleDensestLattice
 
 __all__ = [
     "__version__",
     # entry points
     "warpOperation",
+    "warpOperationJVP",
     "sphOperation_warp",
     # correction builders
     "computeCRKFactors",

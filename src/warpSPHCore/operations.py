@@ -30,7 +30,7 @@ from .operators import operatorEntry
 from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
-__all__ = ["warpOperation", "sphOperation_warp"]
+__all__ = ["warpOperation", "warpOperationJVP", "sphOperation_warp"]
 
 _WHERE = "warpOperation"
 
@@ -208,6 +208,29 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             the accepted shapes.
         NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities.
     """
+    op, ctx, extras, finalize = _prepareCall(
+        queryParticles, operationProperties, domain, queryValues, referenceValues, queryVolumes,
+        referenceVolumes, adjacency, referenceParticles, preScatteredQuantities, crkState,
+        gradHState, renormalizationState, consistentDivergence)
+    out = launchOperator(operatorEntry(op).spec, ctx, **extras)
+    if op == WarpOperation.Covariance:
+        C = finalize(out[0])
+        return (C, out[1]) if covarianceReturnNumNeighbors else C
+    return finalize(out)
+
+
+def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
+                 referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
+                 referenceParticles=None, preScatteredQuantities=None, crkState=None,
+                 gradHState=None, renormalizationState=None, consistentDivergence=False):
+    """Validation and defaulting of one operator call, shared by `warpOperation` and
+    `warpOperationJVP`.
+
+    Returns:
+        ``(op, ctx, extras, finalize)``: the `WarpOperation`, the `SPHContext`, the declared
+        extras of the operator's spec (flat values, field width, ...) and ``finalize(raw)``
+        reshaping the kernel's flat (first) output to the public shape.
+    """
     props = operationProperties
     if referenceParticles is None:
         referenceParticles = queryParticles
@@ -272,13 +295,11 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     )
 
     if op == WarpOperation.Density:
-        return launchOperator(operatorEntry(op).spec, ctx)
+        return op, ctx, {}, _identity
     if op == WarpOperation.Covariance:
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, None, renorm, nQ, nR, d, op)
-        C, n = launchOperator(operatorEntry(op).spec, ctx)
-        C = C.reshape(nQ, d, d)
-        return (C, n) if covarianceReturnNumNeighbors else C
+        return op, ctx, {}, _reshaper((nQ, d, d))
 
     # value operators
     if queryValues is None and referenceValues is None:
@@ -299,8 +320,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             raise ValueError(f"{_WHERE}: Interpolate without volumes uses V_j = m_j / rho_j and "
                              "needs referenceParticles.densities (or pass referenceVolumes)")
         flat, shape, F = _flattenField(referenceValues)
-        out = launchOperator(operatorEntry(op).spec, ctx, referenceValues=flat, fieldWidth=F)
-        return out.reshape((nQ,) + shape)
+        return op, ctx, {"referenceValues": flat, "fieldWidth": F}, _reshaper((nQ,) + shape)
     if queryValues is None or referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
     qFlat, shape, F = _flattenField(queryValues)
@@ -309,22 +329,21 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     if op == WarpOperation.Gradient:
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, gradH, renorm, nQ, nR, d, op)
-        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
-        return out.reshape((nQ,) + shape + (d,))
+        return (op, ctx, {"values": values, "fieldWidth": F},
+                _reshaper((nQ,) + shape + (d,)))
     if op == WarpOperation.Divergence:
         outShape = _divergenceShape(shape, d, bool(props.divergenceDotMode))
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, gradH, renorm, nQ, nR, d, op,
                              consistent=bool(consistentDivergence))
-        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F,
-                             consistentDivergence=bool(consistentDivergence))
-        return out.reshape((nQ,) + outShape)
+        return (op, ctx, {"values": values, "fieldWidth": F,
+                          "consistentDivergence": bool(consistentDivergence)},
+                _reshaper((nQ,) + outShape))
     if op == WarpOperation.Curl:
         outShape = _curlShape(shape, d)
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, gradH, renorm, nQ, nR, d, op)
-        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
-        return out.reshape((nQ,) + outShape)
+        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + outShape)
     if op == WarpOperation.Laplacian:
         _laplacianShape(props, shape, d)
         if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive:
@@ -334,9 +353,20 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             crkState, renorm = None, None
         _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
                              crkState, gradH, renorm, nQ, nR, d, op)
-        out = launchOperator(operatorEntry(op).spec, ctx, values=values, fieldWidth=F)
-        return out.reshape((nQ,) + shape)
+        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + shape)
     raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented")  # pragma: no cover
+
+
+
+
+def _identity(raw):
+    return raw
+
+
+def _reshaper(shape: tuple):
+    def finalize(raw):
+        return raw.reshape(shape)
+    return finalize
 
 
 def _shapeError(op: str, d: int, accepted: str, shape: tuple) -> ValueError:
@@ -504,3 +534,6 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
         gradHState=gradH,
         renormalizationState=renormalizationMatrices if useGradientRenormalization else None,
         consistentDivergence=consistentDivergence)
+
+
+from .operationsJVP import warpOperationJVP  # noqa: E402  (re-export; it imports _prepareCall)

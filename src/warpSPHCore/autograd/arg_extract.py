@@ -167,6 +167,27 @@ def _correctionTangentFields(vec, mat, s):
     return f
 
 
+def _tangentFields(vec, mat, s):
+    """The Tier-2 tangent pack (`autodiff.md` §9.6, one struct instead of the spec's three
+    tangent arguments): particle, volume and correction tangents with presence flags, the
+    frozen field values and their tangents. Every read is gated by its flag, so a missing
+    tangent (a length-1 null placeholder) is never indexed."""
+    return {
+        "qPositions": wp.array(dtype=vec), "qSupports": wp.array(dtype=s),
+        "qDensities": wp.array(dtype=s),
+        "rPositions": wp.array(dtype=vec), "rSupports": wp.array(dtype=s),
+        "rMasses": wp.array(dtype=s), "rDensities": wp.array(dtype=s),
+        "rVolumes": wp.array(dtype=s),
+        "A": wp.array(dtype=s), "B": wp.array(dtype=vec), "gradA": wp.array(dtype=vec),
+        "gradB": wp.array(dtype=mat), "L": wp.array(dtype=mat),
+        "values": wp.array(dtype=s), "tValues": wp.array(dtype=s),
+        "hasQPositions": wp.bool, "hasQSupports": wp.bool, "hasQDensities": wp.bool,
+        "hasRPositions": wp.bool, "hasRSupports": wp.bool, "hasRMasses": wp.bool,
+        "hasRDensities": wp.bool, "hasRVolumes": wp.bool, "hasCRK": wp.bool,
+        "hasRenormalization": wp.bool, "hasValueTangent": wp.bool, "hasGeometry": wp.bool,
+    }
+
+
 def _domainFields(s):
     return {
         "domainMin": wp.array(dtype=s),
@@ -203,10 +224,12 @@ for _s in (wp.float32, wp.float64):
                                                    _correctionFields(_v, _m, _s))
         _STRUCTS[("correctionTangent", _d, _s)] = _struct(
             f"correctionTangentData_{_d}_{_sfx}", _correctionTangentFields(_v, _m, _s))
+        _STRUCTS[("tangent", _d, _s)] = _struct(f"tangentPack_{_d}_{_sfx}",
+                                                _tangentFields(_v, _m, _s))
 del _s, _sfx, _d, _v, _m
 
-_KINDS = ("particle", "correction", "correctionTangent", "domain", "kernelState", "grid",
-          "adjacency")
+_KINDS = ("particle", "correction", "correctionTangent", "tangent", "domain", "kernelState",
+          "grid", "adjacency")
 
 
 def _asWarpScalar(dtype):
@@ -222,8 +245,8 @@ def structFor(kind: str, dim: int, dtype, mode=ExecutionMode.NONE):
     """The Warp struct class of `kind` for dimension `dim` and scalar type `dtype`.
 
     Args:
-        kind: one of particle, correction, correctionTangent, domain, kernelState, grid,
-            adjacency.
+        kind: one of particle, correction, correctionTangent, tangent (the Tier-2 tangent
+            pack), domain, kernelState, grid, adjacency.
         dim: 1, 2 or 3 (ignored by the dimension-independent kinds).
         dtype: torch.float32/float64 or wp.float32/wp.float64.
         mode: `ExecutionMode`; NONE, REVERSE, FORWARD and AUTO map to the same classes.
@@ -250,7 +273,7 @@ _ARRAY_DTYPES = {"scalar": lambda d, s: s, "vector": lambda d, s: _VEC[(d, s)],
                  "matrix": lambda d, s: _MAT[(d, s)]}
 
 
-def declareStateOverloads(kernel, arrays: dict | None = None) -> None:
+def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = False) -> None:
     """Declare the float32/float64 x d = 1, 2, 3 overloads of a canonical-ABI kernel.
 
     Call at import, right after the kernel: its module is then compiled once with all six
@@ -258,6 +281,7 @@ def declareStateOverloads(kernel, arrays: dict | None = None) -> None:
     added an overload (W79, `testing.md` §17). `arrays` maps each generic array argument
     after the eight state arguments to "scalar", "vector" or "matrix" (the call's scalar type,
     d-vector, d x d matrix); concrete arguments (int32 counts, flags) are left out.
+    `tangent=True`: a Tier-2 JVP kernel, whose ninth argument ``tangents`` is the tangent pack.
     """
     arrays = arrays or {}
     for s in (wp.float32, wp.float64):
@@ -271,6 +295,8 @@ def declareStateOverloads(kernel, arrays: dict | None = None) -> None:
                 "correctionData": structFor("correction", d, s),
                 "kernelProperties": structFor("kernelState", d, s),
             }
+            if tangent:
+                sig["tangents"] = structFor("tangent", d, s)
             for name, kind in arrays.items():
                 sig[name] = wp.array(dtype=_ARRAY_DTYPES[kind](d, s))
             wp.overload(kernel, sig)

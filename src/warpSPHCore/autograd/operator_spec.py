@@ -78,10 +78,14 @@ class ExtraSpec:
 
 @dataclass(frozen=True)
 class JVPSpec:
-    """Extras eligible for a Tier-1 value tangent (None: geometry tangents only)."""
+    """Forward mode of one operator: the extras eligible for a Tier-1 value tangent (None:
+    geometry tangents only), the Tier-2 `geometryKernel` (`jvpCommon` ABI) and its thread
+    count resolver ``geometryThreads(ctx, extras)`` (None: one thread per output element)."""
 
     queryValueExtra: Optional[str] = None
     referenceValueExtra: Optional[str] = None
+    geometryKernel: Any = None
+    geometryThreads: Any = None
 
 
 @dataclass(frozen=True)
@@ -190,14 +194,15 @@ def _validateExtras(spec: OperatorSpec, extras: dict) -> None:
                             "asScalarArg)")
 
 
-def _jvpStub(spec: OperatorSpec):
-    name = getattr(spec.kernel, "key", repr(spec.kernel))
+def _build_geometry_jvp_fn(spec: OperatorSpec, ctx: SPHContext, extras: dict):
+    """The dual-tensor route's `jvp_fn` (`autodiff.md` §9.7): captures this call's context and
+    extras (the caller's own objects) and delegates to `operationsJVP.dualRouteJVP`, the same
+    core as `warpOperationJVP`."""
 
-    def jvp_fn(ctx, flat_tangents, *args, **kwargs):
-        raise NotImplementedError(
-            f"forward-mode AD of {name} through the dual-tensor bridge is not implemented yet; "
-            "use reverse mode"
-        )
+    def jvp_fn(bridgeCtx, flat_tangents):
+        from ..operationsJVP import dualRouteJVP
+
+        return dualRouteJVP(spec, ctx, extras, flat_tangents, bridgeCtx.live_mask)
 
     return jvp_fn
 
@@ -226,7 +231,7 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, **extras):
     numThreads = None
     if spec.numThreads is not None:
         numThreads = int(_resolve(spec.numThreads, ctx, extras))
-    jvp_fn = _jvpStub(spec) if spec.jvp is not None else None
+    jvp_fn = _build_geometry_jvp_fn(spec, ctx, extras) if spec.jvp is not None else None
     additional = tuple(extras[e.name] for e in spec.extras)
     kinds = tuple(e.kind for e in spec.extras)
     return _launch(spec.kernel, ctx.stateTuple(), additional, outputShape, outputDtype,

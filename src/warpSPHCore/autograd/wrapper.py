@@ -26,7 +26,7 @@ from .cache import getCachedWarpArray
 from .launcher import launch_kernel
 from .stateAwareWarpFunction import StateAwareWarpFunction
 
-__all__ = ["_launch", "_isInertTensor", "warpWrapper2", "asScalarArg"]
+__all__ = ["_launch", "_launchFlat", "_isInertTensor", "warpWrapper2", "asScalarArg"]
 
 _TENSOR, _SCALAR = 0, 1  # ExtraKind values (operator_spec imports this module)
 _NEVER_PRUNED_WHEN_TRACKING = (_QK, _RK)
@@ -99,7 +99,17 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
                                          referenceVolumes=rVol, adjacency=adjacency,
                                          referenceParticles=reference, crkState=crk,
                                          gradHState=gradH, renormalizationState=renorm)
-    scalar = warpScalar(query.positions.dtype)
+    return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
+                       additionalArguments, outputShape, outputDtype, numThreads=numThreads,
+                       jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes)
+
+
+def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outputShape=None,
+                outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None):
+    """The engine behind `_launch` and `jvpCommon.launchGeometryJVP`: `flat` is the state
+    list (36 slots, or 36 + the tangent block) and ``build_state(arrays, use_bundle)`` turns
+    its Warp views into the kernel's leading arguments; the extras follow."""
+    nState = len(flat)
     extras = tuple(additionalArguments)
     if extraKinds is None:
         extraKinds = tuple(_TENSOR if isinstance(a, torch.Tensor) else _SCALAR for a in extras)
@@ -127,8 +137,8 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
             arrays[idx] = wa
         for idx, wa in pruned.items():
             arrays[idx] = wa
-        args = build_state(arrays[:STATE_SIZE], use_bundle=use_bundle)
-        it = iter(arrays[STATE_SIZE:])
+        args = build_state(arrays[:nState], use_bundle=use_bundle)
+        it = iter(arrays[nState:])
         for a, k in zip(extras, extraKinds):
             if int(k) == _TENSOR:
                 args.append(next(it))

@@ -46,7 +46,7 @@ from ..kernels.support import sphKernel_ij, sphKernelGradient_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..operators.corrected import correctedKernel_ij
-from ..operators.interpolate import apparentVolume_j
+from ..operators._coefficients import apparentVolume_j
 from ..util.precision import warpScalar
 
 __all__ = [

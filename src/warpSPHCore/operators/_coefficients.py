@@ -28,9 +28,23 @@ from typing import Any
 import warp as wp
 
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
-from .interpolate import apparentVolume_j
 
-__all__ = ["consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij"]
+__all__ = ["apparentVolume_j", "consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij"]
+
+
+@wp.func
+def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
+    """V_j: referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities).
+
+    Explicit if/else around every array read (W1)."""
+    useVolume, vol = getVolume_j(corr, j)
+    V_j = vol
+    if not useVolume:
+        if r.hasDensities:
+            V_j = r.masses[j] / r.densities[j]
+        else:
+            V_j = type(vol)(0.0)
+    return V_j
 
 
 @wp.func

@@ -73,9 +73,12 @@ def _named(fn, name: str):
     return wp.func(fn)
 
 
-def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool = False):
+def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool = False,
+                    tangent: bool = False):
     """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`);
-    `vector`: the pair term returns a d-vector (the positions' type) instead of a scalar."""
+    `vector`: the pair term returns a d-vector (the positions' type) instead of a scalar;
+    `tangent`: a Tier-2 JVP pair term, whose `extra` is the tangent pack struct
+    (`arg_extract.structFor("tangent", d, s)`) instead of a scalar array."""
     zero = _vectorZero if vector else _scalarZero
 
     def csrSum(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
@@ -120,8 +123,8 @@ def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool =
                    r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
         return zero(q, ks)
 
-    return (_withZeroReplay(csrSum, csrReplay, f"csrSum_{tag}", "adj"),
-            _withZeroReplay(gridSum, gridReplay, f"gridSum_{tag}", "grid"))
+    return (_withZeroReplay(csrSum, csrReplay, f"csrSum_{tag}", "adj", tangent),
+            _withZeroReplay(gridSum, gridReplay, f"gridSum_{tag}", "grid", tangent))
 
 
 def _copy(fn, name: str, annotations: dict):
@@ -132,7 +135,7 @@ def _copy(fn, name: str, annotations: dict):
     return g
 
 
-def _withZeroReplay(fn, replay, name: str, structure: str):
+def _withZeroReplay(fn, replay, name: str, structure: str, tangent: bool = False):
     """`fn` as concrete float32/float64 x d = 1, 2, 3 overloads of one Warp function, each with
     a replay that returns zero instead of traversing (Warp accepts custom replays only for
     concrete signatures).
@@ -151,7 +154,8 @@ def _withZeroReplay(fn, replay, name: str, structure: str):
             ann = {"i": wp.int32, "k": wp.int32, "F": wp.int32,
                    "q": structFor("particle", d, s), "r": structFor("particle", d, s),
                    "dom": structFor("domain", d, s), "corr": structFor("correction", d, s),
-                   "ks": structFor("kernelState", d, s), "extra": wp.array(dtype=s)}
+                   "ks": structFor("kernelState", d, s),
+                   "extra": structFor("tangent", d, s) if tangent else wp.array(dtype=s)}
             if structure == "adj":
                 ann = {"adj": structFor("adjacency", d, s), **ann}
             else:

@@ -30,7 +30,7 @@ from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij, correctedKernel_ij
-from .interpolate import apparentVolume_j
+from ._coefficients import apparentVolume_j
 
 __all__ = ["covariancePairTerm", "covarianceKernel", "COVARIANCE_SPEC"]
 

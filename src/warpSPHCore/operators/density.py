@@ -10,7 +10,10 @@
   and renormalization are ignored.
 
 Derivatives: reverse mode w.r.t. query/reference positions, supports and reference masses
-(through `StateAwareWarpFunction`). Forward-mode tangents: not yet.
+(through `StateAwareWarpFunction`). Forward mode (`autodiff.md` §9.5): `densityJVPKernel`,
+``drho_i = N sum_j (dm_j W_ij + m_j dW_ij)`` for position, support and reference-mass
+tangents (`densityJVPPairTerm`, the same traversal, kinds and calibration as the primal);
+itself reverse-differentiable.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import sphKernel_ij
+from ..kernels.support import sphKernel_ij, sphKernelJVP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._tangents import pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
-__all__ = ["densityPairTerm", "densityKernel", "DENSITY_SPEC"]
+__all__ = ["densityPairTerm", "densityKernel", "DENSITY_SPEC", "densityJVPPairTerm",
+           "densityJVPKernel"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -72,6 +77,53 @@ def densityKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(densityKernel, {"out": "scalar"})
 
 
+@wp.func
+def densityJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       dom: Any, corr: Any, ks: Any, t: Any):
+    """dm_j W_ij + m_j dW_ij for a mode-admitted reference j (tangent pack `t`), else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        res = r.masses[j] * sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                                            ks.kernelFunction, dom.dim)
+        if t.hasRMasses:
+            res += t.rMasses[j] * sphKernel_ij(x_ij, h_i, h_j, ks.supportMode,
+                                               ks.kernelFunction, dom.dim)
+    return res
+
+
+densityJVPCsrSum, densityJVPGridSum = makeNeighborSum(densityJVPPairTerm, "densityJVP",
+                                                      replayZero=True, tangent=True)
+
+
+@wp.kernel
+def densityJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                     useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                     correctionData: Any, kernelProperties: Any, tangents: Any,
+                     out: wp.array(dtype=Any)):
+    """drho_i = N sum_j (dm_j W_ij + m_j dW_ij); 0 for a masked query."""
+    i = wp.tid()
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = densityJVPCsrSum(adjacencyState, i, 0, 1, queryState, referenceState,
+                                   domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = densityJVPGridSum(gridState, cell, i, 0, 1, queryState, referenceState,
+                                    domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[i] = val
+
+
+declareStateOverloads(densityJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -80,5 +132,5 @@ DENSITY_SPEC = OperatorSpec(
     kernel=densityKernel,
     outputs=(OutputSpec(dtype=_callScalar, shape=ShapeOf.QUERY),),
     extras=(),
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=densityJVPKernel),
 )

@@ -20,32 +20,18 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads, getVolume_j
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._coefficients import apparentVolume_j
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
 
-__all__ = ["apparentVolume_j", "interpolatePairTerm", "interpolateKernel",
+__all__ = ["interpolatePairTerm", "interpolateKernel",
            "INTERPOLATE_SPEC"]
-
-
-@wp.func
-def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
-    """V_j: referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities).
-
-    Explicit if/else around every array read (W1)."""
-    useVolume, vol = getVolume_j(corr, j)
-    V_j = vol
-    if not useVolume:
-        if r.hasDensities:
-            V_j = r.masses[j] / r.densities[j]
-        else:
-            V_j = type(vol)(0.0)
-    return V_j
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by

@@ -62,7 +62,7 @@ from ..util.precision import warpScalar
 from ._coefficients import fieldValues_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
-from .interpolate import apparentVolume_j
+from ._coefficients import apparentVolume_j
 
 __all__ = ["laplacianDifference_ij", "laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC"]
 

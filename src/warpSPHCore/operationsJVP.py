@@ -1,0 +1,450 @@
+"""Forward mode of the operators: `warpOperationJVP` (`autodiff.md` §9.2), the scope matrix
+(§9.4), and the dual-tensor route's closure (§9.7). Re-exported by `operations`.
+
+One core, `jvpFromContext(op, ctx, extras, tangents)`, serves both routes: it works on the
+kernel-level representation of a prepared call (`operations._prepareCall`: the `SPHContext`,
+the declared extras with the flat values, and `GeometryTangents` whose value tangent has the
+flat layout of the values) and returns the raw flat output.
+
+* No geometry tangent: Tier 1, the primal kernel relaunched on the value tangent (bit-exact
+  with `warpOperation` of the tangent values); zeros when there is no tangent at all.
+* Otherwise Tier 2: the operator's `JVPSpec.geometryKernel` through
+  `jvpCommon.launchGeometryJVP`, the value tangent fused into the same neighbour loop.
+
+Decisions beyond the spec (docs/design.md):
+
+* The dual route rebuilds the flat value tangent directly from the extras' slot, so value
+  tangents of rank >= 2 fields work through dual tensors as well (the spec's closure raises
+  NotImplementedError there).
+* Ignored correction states (acceptance matrix, `operators.md` §5) are dropped in the dual
+  route; the explicit API raises for the scope matrix's "Rejected" entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from .autograd.arg_extract import (
+    _ADJ_LIST,
+    _GRID_SORT,
+    _NO_TANGENT_HOME,
+    _QCRK_A,
+    _QCRK_B,
+    _QCRK_GRADA,
+    _QCRK_GRADB,
+    _QDEN,
+    _QOMEGA,
+    _QPOS,
+    _QSUP,
+    _RDEN,
+    _RENORM_MAT,
+    _RMAS,
+    _ROMEGA,
+    _RPOS,
+    _RSUP,
+    _RVOL,
+    SLOT_NAMES,
+    STATE_SIZE,
+)
+from .autograd.jvpCommon import GeometryTangents, launchGeometryJVP
+from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOperator
+from .dataTypes.corrections import CRKTangentState
+from .enumTypes import LaplacianScheme, WarpOperation
+from .operators import operatorEntry
+from .util.precision import warpScalar
+
+__all__ = ["warpOperationJVP", "jvpFromContext", "checkJVPScope", "dualRouteJVP"]
+
+_WHERE = "warpOperationJVP"
+_VALUE_OPS = (WarpOperation.Interpolate, WarpOperation.Gradient, WarpOperation.Divergence,
+              WarpOperation.Curl, WarpOperation.Laplacian)
+
+
+def _valueExtra(spec):
+    """Name of the operator's TENSOR extra (its flat values), or None."""
+    names = [e.name for e in spec.extras if e.kind == ExtraKind.TENSOR]
+    return names[0] if names else None
+
+
+def _rawShape(spec, ctx, extras):
+    return _resolveShape(spec.outputs[0].shape, ctx, extras)
+
+
+def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
+                  where: str = _WHERE) -> None:
+    """The Tier-2 scope matrix (`autodiff.md` §9.4) for a call with geometry tangents.
+
+    Raises:
+        NotImplementedError: an unsupported option or correction (message: what is supported).
+        ValueError: a correction tangent without its primal state.
+    """
+    c = ctx.corrections
+    props = ctx.properties
+    name = op.name
+    if t.crk is not None and c.crk is None:
+        raise ValueError(f"{where}: crkTangentState given without crkState; pass the primal "
+                         "CRKState whose tangent it is")
+    if t.renorm is not None and c.renorm is None:
+        raise ValueError(f"{where}: renormalizationTangentState given without "
+                         "renormalizationState; pass the primal state whose tangent it is")
+    if t.rVolumes is not None and c.volumes[1] is None:
+        raise ValueError(f"{where}: tangentReferenceVolumes given without referenceVolumes")
+    if op == WarpOperation.Density:
+        if t.qDensities is not None or t.rDensities is not None:
+            raise NotImplementedError(f"{where}: Density reads no densities; accepted tangents: "
+                                      "positions and supports (both sets), reference masses")
+        return
+    if op in (WarpOperation.Interpolate, WarpOperation.Covariance):
+        for label, state in (("CRK", c.crk), ("renormalization", c.renorm),
+                             ("grad-h", c.gradH)):
+            if state is not None:
+                raise NotImplementedError(
+                    f"{where}: the geometry JVP of {name} does not support {label}; supported: "
+                    "positions, supports, densities, reference masses and reference volumes")
+        return
+    if c.gradH is not None:
+        raise NotImplementedError(f"{where}: geometry JVPs with grad-h (GradHState) are not "
+                                  f"supported for {name}; value tangents alone are (Tier 1)")
+    if op == WarpOperation.Divergence:
+        if props.divergenceDotMode:
+            raise NotImplementedError(f"{where}: the geometry JVP of Divergence supports the "
+                                      "default contraction only, not divergenceDotMode")
+        if extras.get("consistentDivergence", False):
+            raise NotImplementedError(f"{where}: the geometry JVP of Divergence does not "
+                                      "support consistentDivergence")
+    if op == WarpOperation.Curl and int(ctx.domain.dim) != 2:
+        raise NotImplementedError(f"{where}: the geometry JVP of Curl is supported in 2D only "
+                                  f"(got d = {int(ctx.domain.dim)})")
+    if op == WarpOperation.Laplacian:
+        if props.positiveDivergence:
+            raise NotImplementedError(f"{where}: the geometry JVP of the Laplacian does not "
+                                      "support positiveDivergence")
+        if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive and (
+                c.crk is not None or c.renorm is not None):
+            raise NotImplementedError(f"{where}: the Naive Laplacian never reads the corrected "
+                                      "gradient; CRK and renormalization tangents are accepted "
+                                      "with Brookshaw, Dot and Default only")
+
+
+def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
+    """The JVP of one prepared call in the raw flat output layout (module docstring)."""
+    spec = operatorEntry(op).spec
+    valueName = _valueExtra(spec)
+    if not t.hasGeometry:
+        if t.tValues is None:
+            s = ctx.query.positions
+            return torch.zeros(_rawShape(spec, ctx, extras), dtype=s.dtype, device=s.device)
+        if valueName is None:
+            raise NotImplementedError(f"{_WHERE}: {op.name} has no value input (no value "
+                                      "tangent); accepted: geometry tangents")
+        out = launchOperator(spec, ctx, **{**extras, valueName: t.tValues})
+        return out[0] if isinstance(out, tuple) else out
+    kernel = spec.jvp.geometryKernel if spec.jvp is not None else None
+    if kernel is None:
+        raise NotImplementedError(f"{_WHERE}: the geometry JVP of {op.name} is not implemented")
+    scalars = tuple(extras[e.name] for e in spec.extras if e.kind == ExtraKind.SCALAR)
+    if valueName is not None:
+        t = dataclasses.replace(t, values=extras[valueName])
+    threads = getattr(spec.jvp, "geometryThreads", None)
+    numThreads = int(_resolve(threads, ctx, extras)) if threads is not None else None
+    return launchGeometryJVP(kernel, ctx, t, _rawShape(spec, ctx, extras),
+                             warpScalar(ctx.query.positions.dtype), scalars, numThreads)
+
+
+# --------------------------------------------------------------------------------------
+# the explicit API
+# --------------------------------------------------------------------------------------
+
+
+def _checkTangent(name: str, t, like, device, dtype):
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if like is not None and tuple(t.shape) != tuple(like.shape):
+        raise ValueError(f"{_WHERE}: {name} has shape {tuple(t.shape)}; accepted: "
+                         f"{tuple(like.shape)} (the shape of its primal)")
+    if t.dtype != dtype:
+        raise TypeError(f"{_WHERE}: {name} has dtype {t.dtype}; accepted: {dtype} (the call's "
+                        "dtype)")
+    if t.device != device:
+        raise ValueError(f"{_WHERE}: {name} is on {t.device}; accepted: {device}")
+
+
+def _flatValueTangent(op, tq, tr, queryValues, referenceValues):
+    """The value tangent in the flat layout of the operator's values extra."""
+    if op == WarpOperation.Interpolate:
+        return None if tr is None else tr.reshape(-1)
+    if tq is None and tr is None:
+        return None
+    tq = torch.zeros_like(queryValues) if tq is None else tq
+    tr = torch.zeros_like(referenceValues) if tr is None else tr
+    return torch.cat((tq.reshape(-1), tr.reshape(-1)))
+
+
+def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryValues=None,
+                     tangentReferenceValues=None, queryTangentState=None,
+                     referenceTangentState=None, queryValues=None, referenceValues=None,
+                     queryVolumes=None, referenceVolumes=None, tangentQueryVolumes=None,
+                     tangentReferenceVolumes=None, adjacency=None, referenceParticles=None,
+                     crkState=None, crkTangentState=None, gradHState=None,
+                     renormalizationState=None, renormalizationTangentState=None,
+                     consistentDivergence=False):
+    """Directional derivative of `warpOperation` in the combined direction of every supplied
+    tangent (`autodiff.md` §9.2), in the primal's public output shape (Covariance: the matrix
+    tangent only).
+
+    Args:
+        queryParticles, operationProperties, domain, queryValues, referenceValues,
+            queryVolumes, referenceVolumes, adjacency, referenceParticles, crkState,
+            gradHState, renormalizationState, consistentDivergence: the primal call, as for
+            `warpOperation`.
+        tangentQueryValues, tangentReferenceValues: value tangents (shapes of the values;
+            the reference tangent defaults to the query tangent like the primal's values).
+        queryTangentState, referenceTangentState: `ParticleTangentState` (positions
+            ``[N, d]``, supports, masses, densities ``[N]``, any None). With a self-interaction
+            call (``referenceParticles`` None or the query state) the reference tangent
+            defaults to the query tangent. Query masses are never read: their tangent raises
+            (pass reference masses).
+        tangentReferenceVolumes: ``[N_r]`` tangent of referenceVolumes;
+            tangentQueryVolumes: rejected (query volumes are never read).
+        crkTangentState: `CRKTangentState` (all four members) of `crkState`;
+        renormalizationTangentState: `RenormalizationTangentState` or ``[N_q, d, d]``.
+
+    Returns:
+        The tangent, same shape, dtype and device as the primal output; differentiable in
+        reverse mode (reverse over forward).
+
+    Raises:
+        NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
+            Density/Covariance, grad-h with geometry tangents, Divergence dot mode or
+            consistent divergence, Curl in d != 2, Laplacian positiveDivergence, CRK or
+            renormalization with the Naive Laplacian, CRK/renormalization/grad-h for
+            Interpolate and Covariance.
+        ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
+            state, query-mass or query-volume tangents, shapes, dtypes, devices).
+    """
+    from .operations import _prepareCall, warpOperation
+
+    op = WarpOperation(operationProperties.operation)
+    selfRef = referenceParticles is None or referenceParticles is queryParticles
+    if tangentReferenceValues is None:
+        tangentReferenceValues = tangentQueryValues
+    if referenceValues is None:
+        referenceValues = queryValues
+    qt, rt = queryTangentState, referenceTangentState
+    if qt is not None and getattr(qt, "masses", None) is not None:
+        raise ValueError(f"{_WHERE}: queryTangentState.masses is given, but no operator reads "
+                         "query masses; pass the mass tangent as referenceTangentState.masses")
+    if tangentQueryVolumes is not None:
+        raise ValueError(f"{_WHERE}: tangentQueryVolumes is given, but no operator reads query "
+                         "volumes; pass tangentReferenceVolumes")
+    if selfRef and rt is None and qt is not None:
+        rt = dataclasses.replace(qt)
+    renormT = getattr(renormalizationTangentState, "renormalizationMatrices",
+                      renormalizationTangentState)
+    if crkTangentState is not None and not isinstance(crkTangentState, CRKTangentState):
+        raise TypeError(f"{_WHERE}: crkTangentState has type {type(crkTangentState).__name__}; "
+                        "accepted: CRKTangentState")
+    geometry = any(x is not None for x in (
+        getattr(qt, "positions", None), getattr(qt, "supports", None),
+        getattr(qt, "densities", None), getattr(rt, "positions", None),
+        getattr(rt, "supports", None), getattr(rt, "masses", None),
+        getattr(rt, "densities", None), tangentReferenceVolumes, crkTangentState, renormT))
+    hasValueTangent = tangentQueryValues is not None or tangentReferenceValues is not None
+    if hasValueTangent and op not in _VALUE_OPS:
+        raise NotImplementedError(f"{_WHERE}: {op.name} has no value input; accepted tangents: "
+                                  "positions, supports, reference masses"
+                                  + (", densities, reference volumes"
+                                     if op == WarpOperation.Covariance else ""))
+
+    primal = dict(queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+                  adjacency=adjacency, referenceParticles=referenceParticles, crkState=crkState,
+                  gradHState=gradHState, renormalizationState=renormalizationState,
+                  consistentDivergence=consistentDivergence)
+    if not geometry:
+        if hasValueTangent:  # Tier 1: literally the operator on the tangent values
+            return warpOperation(queryParticles, operationProperties, domain,
+                                 queryValues=tangentQueryValues,
+                                 referenceValues=tangentReferenceValues, **primal)
+        with torch.no_grad():
+            out = warpOperation(queryParticles, operationProperties, domain,
+                                queryValues=queryValues, referenceValues=referenceValues,
+                                **primal)
+        return torch.zeros_like(out[0] if isinstance(out, tuple) else out)
+
+    if op in _VALUE_OPS and op != WarpOperation.Interpolate and (
+            queryValues is None or referenceValues is None):
+        raise ValueError(f"{_WHERE}: the geometry JVP of {op.name} needs the frozen primal "
+                         "queryValues (and referenceValues, default queryValues)")
+    op, ctx, extras, finalize = _prepareCall(
+        queryParticles, operationProperties, domain, queryValues, referenceValues,
+        crkState=crkState, gradHState=gradHState, renormalizationState=renormalizationState,
+        queryVolumes=queryVolumes, referenceVolumes=referenceVolumes, adjacency=adjacency,
+        referenceParticles=referenceParticles, consistentDivergence=consistentDivergence)
+    pos = queryParticles.positions
+    device, dtype = pos.device, pos.dtype
+    ref = queryParticles if selfRef else referenceParticles
+    for role, ts, p in (("queryTangentState", qt, queryParticles),
+                        ("referenceTangentState", rt, ref)):
+        if ts is None:
+            continue
+        for f in ("positions", "supports", "masses", "densities"):
+            like = getattr(p, f, None)
+            tf = getattr(ts, f, None)
+            if tf is not None and like is None:
+                raise ValueError(f"{_WHERE}: {role}.{f} is given but the primal has no {f}")
+            _checkTangent(f"{role}.{f}", tf, like, device, dtype)
+    _checkTangent("tangentReferenceVolumes", tangentReferenceVolumes,
+                  ctx.corrections.volumes[1], device, dtype)
+    _checkTangent("tangentQueryValues", tangentQueryValues, queryValues, device, dtype)
+    _checkTangent("tangentReferenceValues", tangentReferenceValues, referenceValues, device,
+                  dtype)
+    if crkTangentState is not None and crkState is not None:
+        for f in ("A", "B", "gradA", "gradB"):
+            _checkTangent(f"crkTangentState.{f}", getattr(crkTangentState, f),
+                          getattr(crkState, f, None), device, dtype)
+    if renormT is not None and ctx.corrections.renorm is not None:
+        _checkTangent("renormalizationTangentState", renormT,
+                      ctx.corrections.renorm.renormalizationMatrices, device, dtype)
+    if op == WarpOperation.Laplacian and LaplacianScheme(
+            operationProperties.laplacianMode) == LaplacianScheme.Naive:
+        # _prepareCall dropped the ignored states; a tangent for them is out of scope
+        if crkState is not None or renormalizationState is not None:
+            raise NotImplementedError(f"{_WHERE}: the Naive Laplacian never reads the corrected "
+                                      "gradient; CRK and renormalization are accepted with "
+                                      "Brookshaw, Dot and Default only")
+    if op == WarpOperation.Density:
+        ctx.corrections = dataclasses.replace(ctx.corrections, volumes=(None, None), crk=None,
+                                              gradH=None, renorm=None)
+        tangentReferenceVolumes = None
+
+    tangents = GeometryTangents(
+        qPositions=getattr(qt, "positions", None), qSupports=getattr(qt, "supports", None),
+        qDensities=getattr(qt, "densities", None) if op != WarpOperation.Density else None,
+        rPositions=getattr(rt, "positions", None), rSupports=getattr(rt, "supports", None),
+        rMasses=getattr(rt, "masses", None),
+        rDensities=getattr(rt, "densities", None) if op != WarpOperation.Density else None,
+        rVolumes=tangentReferenceVolumes, crk=crkTangentState, renorm=renormT,
+        tValues=_flatValueTangent(op, tangentQueryValues, tangentReferenceValues, queryValues,
+                                  referenceValues))
+    if op == WarpOperation.Density and (getattr(qt, "densities", None) is not None
+                                        or getattr(rt, "densities", None) is not None):
+        raise NotImplementedError(f"{_WHERE}: Density reads no densities; accepted tangents: "
+                                  "positions and supports (both sets), reference masses")
+    checkJVPScope(op, ctx, extras, tangents)
+    return finalize(jvpFromContext(op, ctx, extras, tangents))
+
+
+# --------------------------------------------------------------------------------------
+# the dual-tensor route (autodiff.md §9.7)
+# --------------------------------------------------------------------------------------
+
+
+def _primalOf(x):
+    """A dual tensor's primal (a differentiable view); anything else unchanged."""
+    if isinstance(x, torch.Tensor):
+        return fwAD.unpack_dual(x).primal
+    return x
+
+
+def _strip(obj):
+    """`obj` (a state dataclass, tuple or tensor) with every dual tensor replaced by its
+    primal, so that the JVP launch inside jvp() sees plain (possibly grad-requiring)
+    tensors."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return _primalOf(obj)
+    if isinstance(obj, tuple):
+        return tuple(_strip(x) for x in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, (torch.Tensor, tuple)) or dataclasses.is_dataclass(v):
+                nv = _strip(v)
+                if nv is not v:
+                    changes[f.name] = nv
+        return dataclasses.replace(obj, **changes) if changes else obj
+    return obj
+
+
+_IGNORED = {  # acceptance matrix: states an operator accepts and does not apply
+    WarpOperation.Density: ("volumes", "crk", "gradH", "renorm"),
+    WarpOperation.Interpolate: ("gradH", "renorm"),
+    WarpOperation.Covariance: ("gradH",),
+}
+
+
+def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
+    """The `jvp_fn` body of `launchOperator` (`autodiff.md` §9.7): rebuild the tangents from
+    the fixed slots, drop channels the operator never reads, and delegate to
+    `jvpFromContext`. Returns one tangent per forward output."""
+    op = WarpOperation(ctx.properties.operation)
+
+    def live(k):
+        return k < len(mask) and mask[k]
+
+    def tan(k):
+        return flat_tangents[k] if live(k) else None
+
+    for k in _NO_TANGENT_HOME:
+        if live(k):
+            raise NotImplementedError(f"{op.name}: a live forward-mode tangent on "
+                                      f"{SLOT_NAMES[k]} (domain or grid bounds); no geometry "
+                                      "JVP differentiates domain bounds or grid structure")
+    if (live(_QOMEGA) or live(_ROMEGA)) and "gradH" not in _IGNORED.get(op, ()):
+        raise NotImplementedError(f"{op.name}: forward-mode tangents of the grad-h Omega are "
+                                  "not supported")
+    for k in range(_ADJ_LIST, _GRID_SORT + 1):
+        if live(k):
+            raise NotImplementedError(f"{op.name}: a live tangent on {SLOT_NAMES[k]}")
+
+    corr = ctx.corrections
+    drop = _IGNORED.get(op, ())
+    if op == WarpOperation.Laplacian and LaplacianScheme(
+            ctx.properties.laplacianMode) == LaplacianScheme.Naive:
+        drop = ("crk", "renorm")
+    changes = {name: ((None, None) if name == "volumes" else None) for name in drop}
+    corr = dataclasses.replace(corr, **changes)
+    jctx = dataclasses.replace(
+        ctx, query=_strip(ctx.query), reference=_strip(ctx.reference), domain=ctx.domain,
+        corrections=dataclasses.replace(
+            corr, volumes=_strip(corr.volumes), crk=_strip(corr.crk), gradH=_strip(corr.gradH),
+            renorm=_strip(corr.renorm)))
+    jextras = {k: _strip(v) for k, v in extras.items()}
+
+    crkT = None
+    if corr.crk is not None and any(live(k) for k in range(_QCRK_A, _QCRK_GRADB + 1)):
+        c = jctx.corrections.crk
+        members = []
+        for k, f in zip((_QCRK_A, _QCRK_B, _QCRK_GRADA, _QCRK_GRADB), ("A", "B", "gradA",
+                                                                         "gradB")):
+            primal = getattr(c, f)
+            members.append(tan(k) if live(k) else torch.zeros_like(primal))
+        crkT = CRKTangentState(*members)
+    renormT = tan(_RENORM_MAT) if corr.renorm is not None else None
+    noDensities = op == WarpOperation.Density
+    valueName = _valueExtra(spec)
+    tValues = None
+    if valueName is not None:
+        idx = STATE_SIZE + [e.name for e in spec.extras
+                            if e.kind == ExtraKind.TENSOR].index(valueName)
+        tValues = tan(idx)
+    tangents = GeometryTangents(
+        qPositions=tan(_QPOS), qSupports=tan(_QSUP),
+        qDensities=None if noDensities else tan(_QDEN),
+        rPositions=tan(_RPOS), rSupports=tan(_RSUP), rMasses=tan(_RMAS),
+        rDensities=None if noDensities else tan(_RDEN),
+        rVolumes=tan(_RVOL) if corr.volumes[1] is not None else None,
+        crk=crkT, renorm=renormT, tValues=tValues)
+    if tangents.hasGeometry:
+        checkJVPScope(op, jctx, jextras, tangents, where=f"{op.name} (forward-mode AD)")
+    out = jvpFromContext(op, jctx, jextras, tangents)
+    if len(spec.outputs) > 1:
+        return (out,) + (None,) * (len(spec.outputs) - 1)
+    return out

@@ -1,0 +1,178 @@
+"""Pair building blocks of the Tier-2 JVP kernels (`autodiff.md` §9.5) — the exact
+derivatives of the primal pair functions with the values frozen and the neighbour structure
+fixed. One definition each, shared by every operator's JVP kernel (STYLE.md §1).
+
+``t`` is the tangent pack (`arg_extract.structFor("tangent", d, s)`); every read of it is
+gated by its presence flag.
+
+* `pairTangent_ij(t, i, j, x_ij, h_i)` -> ``(dx_ij, dh_i, dh_j)``: ``dx_i - dx_j`` (the
+  periodic wrap is not differentiated) and the support tangents (0 where absent).
+* `apparentVolumeJVP_j(r, corr, t, j)` -> ``dV_j``: ``tangentReferenceVolumes_j`` with
+  volumes, else ``dm_j / rho_j - m_j drho_j / rho_j^2``.
+* `correctedKernelJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)` ->
+  ``(W^R, dW^R)`` with ``dW^R = dA (1 + B.x) W + A (dB.x + B.dx) W + A (1 + B.x) dW``.
+* `correctedGradientJVP_ij(...)` -> ``(G, dG)``: the product rule on the four CRK terms
+  (`operators.md` §4.3, ``(d grad B) x + grad B dx`` for the last), then
+  ``d(L G) = dL G + L dG``.
+* `fieldCoefficientJVP_ij(i, j, a, F, q, r, corr, ks, t)` -> ``(c, dc)``: the gradient
+  scheme's coefficient of the frozen values and its tangent — geometry part (``f dV_j``, or
+  the Symmetric rule of §9.5) plus the value tangent ``c(tValues)`` (c is linear in f).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..kernels.support import (
+    sphKernel_ij,
+    sphKernelGradient_ij,
+    sphKernelGradientJVP_ij,
+    sphKernelJVP_ij,
+)
+from ._coefficients import fieldCoefficient_ij, fieldValues_ij
+from .corrected import crkGradient
+
+__all__ = ["pairTangent_ij", "apparentVolumeJVP_j", "correctedKernelJVP_ij",
+           "correctedGradientJVP_ij", "fieldCoefficientJVP_ij"]
+
+
+@wp.func
+def pairTangent_ij(t: Any, i: wp.int32, j: wp.int32, x_ij: Any, h_i: Any):
+    """(dx_i - dx_j, dh_i, dh_j) from the pack; absent tangents are 0."""
+    dx = type(x_ij)()
+    if t.hasQPositions:
+        dx = dx + t.qPositions[i]
+    if t.hasRPositions:
+        dx = dx - t.rPositions[j]
+    dh_i = type(h_i)(0.0)
+    dh_j = type(h_i)(0.0)
+    if t.hasQSupports:
+        dh_i = t.qSupports[i]
+    if t.hasRSupports:
+        dh_j = t.rSupports[j]
+    return dx, dh_i, dh_j
+
+
+@wp.func
+def apparentVolumeJVP_j(r: Any, corr: Any, t: Any, j: wp.int32):
+    """dV_j: the reference-volume tangent with volumes, else d(m_j / rho_j)."""
+    dV = type(r.masses[j])(0.0)
+    if corr.useVolume:
+        if t.hasRVolumes:
+            dV = t.rVolumes[j]
+    elif r.hasDensities:
+        rho_j = r.densities[j]
+        if t.hasRMasses:
+            dV = dV + t.rMasses[j] / rho_j
+        if t.hasRDensities:
+            dV = dV - r.masses[j] * t.rDensities[j] / (rho_j * rho_j)
+    return dV
+
+
+@wp.func
+def correctedKernelJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x_ij: Any,
+                          h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any):
+    """(W^R_ij, dW^R_ij); CRK terms read behind the call's flag, their tangent behind the
+    pack's."""
+    W = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
+    dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode, ks.kernelFunction,
+                         dom.dim)
+    WR = W
+    dWR = dW
+    if corr.useCRK:
+        A = corr.queryA[i]
+        B = corr.queryB[i]
+        s = type(W)(1.0) + wp.dot(B, x_ij)
+        WR = A * s * W
+        dWR = A * wp.dot(B, dx) * W + A * s * dW
+        if t.hasCRK:
+            dWR = dWR + t.A[i] * s * W + A * wp.dot(t.B[i], x_ij) * W
+    return WR, dWR
+
+
+@wp.func
+def correctedGradientJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x_ij: Any,
+                            h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any):
+    """(G_ij, dG_ij) of `corrected.correctedGradient_ij` for the pair tangents (dx, dh_i,
+    dh_j) and the pack's CRK / renormalization tangents."""
+    G0 = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
+    dG0 = sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                                  ks.kernelFunction, dom.dim)
+    G = G0
+    dG = dG0
+    if corr.useCRK:
+        W = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
+        dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode, ks.kernelFunction,
+                             dom.dim)
+        A = corr.queryA[i]
+        B = corr.queryB[i]
+        gA = corr.queryGradA[i]
+        gB = corr.queryGradB[i]
+        s = type(W)(1.0) + wp.dot(B, x_ij)
+        ds = wp.dot(B, dx)
+        dA = type(W)(0.0)
+        dB = type(x_ij)()
+        dgA = type(x_ij)()
+        dgB = type(gB)()
+        if t.hasCRK:
+            dA = t.A[i]
+            dB = t.B[i]
+            dgA = t.gradA[i]
+            dgB = t.gradB[i]
+            ds = ds + wp.dot(dB, x_ij)
+        G = crkGradient(A, B, gA, gB, x_ij, W, G0)
+        dAW = dA * W + A * dW
+        dG = (dAW * B + (A * W) * dB
+              + (dA * s + A * ds) * G0 + (A * s) * dG0
+              + (ds * W + s * dW) * gA + (s * W) * dgA
+              + dAW * wp.mul(gB, x_ij) + (A * W) * (wp.mul(dgB, x_ij) + wp.mul(gB, dx)))
+    if corr.useGradientRenormalization:
+        L = corr.renormalizationMatrices[i]
+        LdG = wp.mul(L, dG)
+        if t.hasRenormalization:
+            LdG = LdG + wp.mul(t.L[i], G)
+        G = wp.mul(L, G)
+        dG = LdG
+    return G, dG
+
+
+@wp.func
+def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, t: Any, divideQuery: wp.bool):
+    """(c_ij[a], dc_ij[a]) of the call's gradient scheme (non-consistent volumes): the frozen
+    values' coefficient, its geometry tangent and the value tangent's coefficient."""
+    c = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.values, False, divideQuery)
+    dc = type(c)(0.0)
+    if t.hasValueTangent:
+        dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, False, divideQuery)
+    if t.hasGeometry:
+        f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
+        scheme = ks.gradientMode
+        if scheme == 2:
+            if q.hasDensities and r.hasDensities:
+                rho_i = q.densities[i]
+                rho_j = r.densities[j]
+                m_j = r.masses[j]
+                S = f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j)
+                if t.hasRMasses:
+                    dc = dc + t.rMasses[j] * rho_i * S
+                if t.hasQDensities:
+                    drho_i = t.qDensities[i]
+                    dc = dc + m_j * drho_i * S - type(c)(2.0) * m_j * f_i * drho_i / (
+                        rho_i * rho_i)
+                if t.hasRDensities:
+                    drho_j = t.rDensities[j]
+                    dc = dc - type(c)(2.0) * m_j * rho_i * f_j * drho_j / (
+                        rho_j * rho_j * rho_j)
+        else:
+            dV = apparentVolumeJVP_j(r, corr, t, j)
+            if scheme == 3:
+                dc = dc + (f_j - f_i) * dV
+            elif scheme == 4:
+                dc = dc + (f_j + f_i) * dV
+            else:
+                dc = dc + f_j * dV
+    return c, dc
+
