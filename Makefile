@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_density.py
 	$(PY) benchmarks/bench_gradient.py
+	$(PY) benchmarks/bench_jvp.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

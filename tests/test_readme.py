@@ -31,6 +31,7 @@ PAGES = {
     "docs/getting-started.md": ("README.md",),
     "docs/operators.md": (),
     "docs/corrections.md": ("docs/operators.md",),
+    "docs/forward-mode.md": (),
 }
 
 

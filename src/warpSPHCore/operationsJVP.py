@@ -7,7 +7,13 @@ the declared extras with the flat values, and `GeometryTangents` whose value tan
 flat layout of the values) and returns the raw flat output.
 
 * No geometry tangent: Tier 1, the primal kernel relaunched on the value tangent (bit-exact
-  with `warpOperation` of the tangent values); zeros when there is no tangent at all.
+  with `warpOperation` of the tangent values); zeros when there is no tangent at all. The
+  exception is the Laplacian with ``positiveDivergence``, which is not linear in its values
+  (the values select the pairs): its value tangent goes through the Tier-2 kernel, which
+  keeps the primal's selection.
+* Laplacian ``positiveDivergence`` with geometry tangents is accepted (the spec rejects it):
+  the Tier-2 kernel applies the primal's pair selection, the exact derivative away from the
+  switching surface ``x_ij . q_ij = 0``.
 * Otherwise Tier 2: the operator's `JVPSpec.geometryKernel` through
   `jvpCommon.launchGeometryJVP`, the value tangent fused into the same neighbour loop.
 
@@ -119,9 +125,6 @@ def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
         raise NotImplementedError(f"{where}: the geometry JVP of Curl is supported in 2D only "
                                   f"(got d = {int(ctx.domain.dim)})")
     if op == WarpOperation.Laplacian:
-        if props.positiveDivergence:
-            raise NotImplementedError(f"{where}: the geometry JVP of the Laplacian does not "
-                                      "support positiveDivergence")
         if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive and (
                 c.crk is not None or c.renorm is not None):
             raise NotImplementedError(f"{where}: the Naive Laplacian never reads the corrected "
@@ -129,11 +132,21 @@ def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
                                       "with Brookshaw, Dot and Default only")
 
 
+def _selectsByValues(op: WarpOperation, ctx) -> bool:
+    """True for the one value operator that is not linear in its values: the Laplacian with
+    ``positiveDivergence`` keeps a pair only if ``x_ij . q_ij >= 0``, a selection made by the
+    values themselves. Its value JVP is not the operator on the tangent values (that would
+    select pairs by the tangent's sign) but the primal's selection applied to the tangent,
+    which the Tier-2 kernel computes with the values frozen (exact away from the switching
+    surface ``x_ij . q_ij = 0``)."""
+    return op == WarpOperation.Laplacian and bool(ctx.properties.positiveDivergence)
+
+
 def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
     """The JVP of one prepared call in the raw flat output layout (module docstring)."""
     spec = operatorEntry(op).spec
     valueName = _valueExtra(spec)
-    if not t.hasGeometry:
+    if not t.hasGeometry and not (t.tValues is not None and _selectsByValues(op, ctx)):
         if t.tValues is None:
             s = ctx.query.positions
             return torch.zeros(_rawShape(spec, ctx, extras), dtype=s.dtype, device=s.device)
@@ -221,8 +234,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     Raises:
         NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
             Density/Covariance, grad-h with geometry tangents, Divergence dot mode or
-            consistent divergence, Curl in d != 2, Laplacian positiveDivergence, CRK or
-            renormalization with the Naive Laplacian, CRK/renormalization/grad-h for
+            consistent divergence, Curl in d != 2, CRK or renormalization with the Naive
+            Laplacian, CRK/renormalization/grad-h for
             Interpolate and Covariance.
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
@@ -265,7 +278,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                   adjacency=adjacency, referenceParticles=referenceParticles, crkState=crkState,
                   gradHState=gradHState, renormalizationState=renormalizationState,
                   consistentDivergence=consistentDivergence)
-    if not geometry:
+    nonlinear = op == WarpOperation.Laplacian and bool(operationProperties.positiveDivergence)
+    if not geometry and not (hasValueTangent and nonlinear):
         if hasValueTangent:  # Tier 1: literally the operator on the tangent values
             return warpOperation(queryParticles, operationProperties, domain,
                                  queryValues=tangentQueryValues,
@@ -278,7 +292,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
 
     if op in _VALUE_OPS and op != WarpOperation.Interpolate and (
             queryValues is None or referenceValues is None):
-        raise ValueError(f"{_WHERE}: the geometry JVP of {op.name} needs the frozen primal "
+        what = "geometry JVP" if geometry else "value JVP with positiveDivergence"
+        raise ValueError(f"{_WHERE}: the {what} of {op.name} needs the frozen primal "
                          "queryValues (and referenceValues, default queryValues)")
     op, ctx, extras, finalize = _prepareCall(
         queryParticles, operationProperties, domain, queryValues, referenceValues,

@@ -18,9 +18,19 @@ from .launcher import (
 )
 from .stateAwareWarpFunction import StateAwareWarpFunction, hasLiveTangent
 
+
+def hvp(fn, primals, tangents):
+    """Reverse-over-forward Hessian-vector product (`jvpCommon.hvp`; imported lazily so that
+    this package stays importable before the operator modules)."""
+    from .jvpCommon import hvp as _hvp
+
+    return _hvp(fn, primals, tangents)
+
+
 __all__ = [
     "StateAwareWarpFunction",
     "hasLiveTangent",
+    "hvp",
     "launch_kernel",
     "allocateTorchWarp",
     "castTorchToWarpAsBuiltins",

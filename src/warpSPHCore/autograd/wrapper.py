@@ -21,7 +21,7 @@ import warp as wp
 
 from ..util.fieldRegistry import Field
 from ..util.precision import warpScalar
-from .arg_extract import _QK, _RK, STATE_SIZE, extractStateInfo
+from .arg_extract import _QK, _RK, extractStateInfo
 from .cache import getCachedWarpArray
 from .launcher import launch_kernel
 from .stateAwareWarpFunction import StateAwareWarpFunction

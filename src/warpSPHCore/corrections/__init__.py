@@ -2,10 +2,11 @@
 the grad-h Omega helper. Every Warp launch runs through the autograd bridge, sync-free.
 """
 
-from .crk import computeCRKFactors
+from .crk import computeCRKFactors, computeCRKFactorsJVP
 from .gradH import computeOmega
 from .renormalization import (
     computeRenormalizationMatrices,
+    computeRenormalizationMatricesJVP,
     pinv1x1,
     pinv2x2_warpBackend,
     pinv_warp,
@@ -13,8 +14,10 @@ from .renormalization import (
 
 __all__ = [
     "computeCRKFactors",
+    "computeCRKFactorsJVP",
     "computeOmega",
     "computeRenormalizationMatrices",
+    "computeRenormalizationMatricesJVP",
     "pinv_warp",
     "pinv1x1",
     "pinv2x2_warpBackend",

@@ -29,6 +29,20 @@ therefore differentiable in reverse mode through the bridge):
   A, B): ``rho_i = sum_j m_j V_j W^R_ij / sum_j V_j^2 W^R_ij``, 0 when the denominator is
   exactly 0 or the query is masked. One thread per query.
 
+Forward mode (`autodiff.md` §9.8), two Tier-2 JVP kernels in the `jvpCommon` ABI, launched
+with `launchGeometryJVP` (reverse-differentiable through the bridge: reverse over forward):
+
+* `crkVolumeJVPKernel` (the volume call's context: Gather on R, query = reference = R, the R
+  tangent in both roles): ``S'_j = sum_k dW(x_jk, h_j)`` over the pairs of step 1; the caller
+  forms ``dV_j = -V_j^2 S'_j`` (0 where V = 0: masked j or a zero sum).
+* `crkMomentsJVPKernel` (the moments call's context, the tangent pack carrying dV as the
+  reference-volume tangent): one thread per (query, component) for the ``K - 1`` moment
+  components (no count), ``sum_j dV_j c_k(x, W, grad W) + V_j dc_k`` with
+  ``dc_k = crkMomentComponentJVP_ij`` the exact tangent of `crkMomentComponent_ij` for
+  ``(dx_ij, dW_ij, d grad W_ij)`` (`sphKernelJVP_ij`, `sphKernelGradientJVP_ij`: Hessian and
+  d grad W / dh under the Scatter rule). Layout per query ``[m0 | m1 | m2 | dm0 | dm1 |
+  dm2]`` as the primal outputs; a masked query gets zeros.
+
 Pitfalls: loops only accumulate (`makeNeighborSum`), and every 1/x or ratio is applied one
 level up in the kernel on the returned raw sums (W3, W4); no ternaries on array reads (W1).
 """
@@ -42,11 +56,17 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import sphKernel_ij, sphKernelGradient_ij
+from ..kernels.support import (
+    sphKernel_ij,
+    sphKernelGradient_ij,
+    sphKernelGradientJVP_ij,
+    sphKernelJVP_ij,
+)
 from ..neighborhood.traversal import gridQueryCell
+from ..operators._coefficients import apparentVolume_j
+from ..operators._tangents import apparentVolumeJVP_j, pairTangent_ij
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..operators.corrected import correctedKernel_ij
-from ..operators._coefficients import apparentVolume_j
 from ..util.precision import warpScalar
 
 __all__ = [
@@ -54,6 +74,9 @@ __all__ = [
     "CRK_VOLUME_SPEC",
     "CRK_MOMENTS_SPEC",
     "CRK_DENSITY_SPEC",
+    "crkMomentComponentJVP_ij",
+    "crkVolumeJVPKernel",
+    "crkMomentsJVPKernel",
 ]
 
 
@@ -296,6 +319,154 @@ def crkDensityKernel(queryState: Any, referenceState: Any, domainState: Any,
 
 
 declareStateOverloads(crkDensityKernel, {"out": "scalar"})
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (autodiff.md §9.8)
+# --------------------------------------------------------------------------------------
+
+
+@wp.func
+def crkVolumeJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                         dom: Any, corr: Any, ks: Any, t: Any):
+    """dW_ij (the call's support scheme: Gather) for a mode-admitted j, tangents from `t`."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        res = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                              ks.kernelFunction, dom.dim)
+    return res
+
+
+crkVolumeJVPCsrSum, crkVolumeJVPGridSum = makeNeighborSum(
+    crkVolumeJVPPairTerm, "crkVolumeJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def crkVolumeJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                       useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                       correctionData: Any, kernelProperties: Any, tangents: Any,
+                       out: wp.array(dtype=Any)):
+    """S'_i = sum_j dW_ij (the tangent of the volume step's raw sum); 0 for a masked i."""
+    i = wp.tid()
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = crkVolumeJVPCsrSum(adjacencyState, i, 0, 1, queryState, referenceState,
+                                     domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = crkVolumeJVPGridSum(gridState, cell, i, 0, 1, queryState, referenceState,
+                                      domainState, correctionData, ks, tangents)
+    out[i] = val
+
+
+declareStateOverloads(crkVolumeJVPKernel, {"out": "scalar"}, tangent=True)
+
+
+@wp.func
+def crkMomentComponentJVP_ij(c: wp.int32, d: wp.int32, x_ij: Any, W_ij: Any, gradW_ij: Any,
+                             dx: Any, dW: Any, dG: Any):
+    """Tangent of `crkMomentComponent_ij` (component c < K - 1) for the pair tangents
+    (dx_ij, dW_ij, d grad W_ij): the product rule on each monomial."""
+    one = type(W_ij)(1.0)
+    res = type(W_ij)(0.0)
+    dd = d * d
+    o1 = 1
+    o2 = o1 + d
+    o3 = o2 + dd
+    o4 = o3 + d
+    o5 = o4 + dd
+    if c < o1:
+        res = dW
+    elif c < o2:
+        a = c - o1
+        res = dW * x_ij[a] + W_ij * dx[a]
+    elif c < o3:
+        kk = c - o2
+        a = kk / d
+        b = kk - a * d
+        res = dW * x_ij[a] * x_ij[b] + W_ij * (dx[a] * x_ij[b] + x_ij[a] * dx[b])
+    elif c < o4:
+        res = dG[c - o3]
+    elif c < o5:
+        kk = c - o4
+        a = kk / d
+        g = kk - a * d
+        res = dx[a] * gradW_ij[g] + x_ij[a] * dG[g] + dW * _delta(a, g, one)
+    else:
+        kk = c - o5
+        g = kk / dd
+        rem = kk - g * dd
+        a = rem / d
+        b = rem - a * d
+        res = ((dx[a] * x_ij[b] + x_ij[a] * dx[b]) * gradW_ij[g]
+               + x_ij[a] * x_ij[b] * dG[g]
+               + dW * (x_ij[a] * _delta(b, g, one) + _delta(a, g, one) * x_ij[b])
+               + W_ij * (dx[a] * _delta(b, g, one) + _delta(a, g, one) * dx[b]))
+    return res
+
+
+# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+@wp.func(inline=False)
+def crkMomentJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                         dom: Any, corr: Any, ks: Any, t: Any):
+    """dV_j c_k + V_j dc_k at (i, j) for a mode-admitted j (k < K - 1), else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        W_ij = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
+        gradW_ij = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction,
+                                        dom.dim)
+        dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                             ks.kernelFunction, dom.dim)
+        dG = sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                                     ks.kernelFunction, dom.dim)
+        V_j = apparentVolume_j(r, corr, j)
+        dV_j = apparentVolumeJVP_j(r, corr, t, j)
+        res = (dV_j * crkMomentComponent_ij(k, dom.dim, x_ij, W_ij, gradW_ij)
+               + V_j * crkMomentComponentJVP_ij(k, dom.dim, x_ij, W_ij, gradW_ij, dx, dW, dG))
+    return res
+
+
+crkMomentJVPCsrSum, crkMomentJVPGridSum = makeNeighborSum(
+    crkMomentJVPPairTerm, "crkMomentsJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def crkMomentsJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                        useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                        correctionData: Any, kernelProperties: Any, tangents: Any,
+                        out: wp.array(dtype=Any)):
+    """Thread (i, c), c < K - 1: the tangent of moment component c of query i, stored at
+    ``out[i (K - 1) + c]``; zeros for a masked query."""
+    tid = wp.tid()
+    d = domainState.dim
+    dd = d * d
+    F = 1 + 2 * d + 2 * dd + dd * d
+    i = tid / F
+    c = tid - i * F
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = crkMomentJVPCsrSum(adjacencyState, i, c, F, queryState, referenceState,
+                                     domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = crkMomentJVPGridSum(gridState, cell, i, c, F, queryState, referenceState,
+                                      domainState, correctionData, ks, tangents)
+    out[tid] = val
+
+
+declareStateOverloads(crkMomentsJVPKernel, {"out": "scalar"}, tangent=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -20,6 +20,14 @@ calibration; x_ij is the minimum image):
 5. diagnostic density (Scatter): ``rho_i = sum_j m_j V_j W^R_ij / sum_j V_j^2 W^R_ij`` with
    the step-4 A, B (`CRK_DENSITY_SPEC`); 0 when the denominator is exactly 0.
 
+Forward mode (`computeCRKFactorsJVP`, `autodiff.md` §9.8): ``dV_j = -V_j^2 sum_k dW_jk`` and
+the moment tangents from the Tier-2 kernels of `_crkKernels` (dV_j enters as the reference
+volume tangent), the same limiter decision (limited rows: zero tangent, selected before any
+algebra), then the exact derivatives of step 4 in torch (`_termsJVP`: ``dM = -M dm2 M`` and
+the product rule on A, B, gradA, gradB). No `jvp()` rule is registered on the primal
+launches: a dual tensor given to `computeCRKFactors` raises NotImplementedError naming
+`computeCRKFactorsJVP`.
+
 Steps 3 and 4 are sync-free torch glue (element-wise `torch.where`, hand-written closed-form
 inverses; no `torch.linalg` routine, no readback, `autodiff.md` §15).
 
@@ -50,14 +58,26 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
+from ..autograd.jvpCommon import GeometryTangents, launchGeometryJVP
 from ..autograd.operator_spec import Corrections, SPHContext, launchOperator
-from ..dataTypes.corrections import CRKState
+from ..dataTypes.corrections import CRKState, CRKTangentState
 from ..dataTypes.operationProperties import OperationProperties
+from ..dataTypes.particleState import ParticleTangentState
 from ..enumTypes import OperationDirection, SupportScheme
-from ._crkKernels import CRK_DENSITY_SPEC, CRK_MOMENTS_SPEC, CRK_VOLUME_SPEC
+from ..util.conversion import isFunctorchWrapped
+from ..util.precision import warpScalar
+from ._crkKernels import (
+    CRK_DENSITY_SPEC,
+    CRK_MOMENTS_SPEC,
+    CRK_VOLUME_SPEC,
+    crkMomentComponents,
+    crkMomentsJVPKernel,
+    crkVolumeJVPKernel,
+)
 
-__all__ = ["computeCRKFactors"]
+__all__ = ["computeCRKFactors", "computeCRKFactorsJVP"]
 
 _WHERE = "computeCRKFactors"
 #: Limiter threshold on |det m2| / h^(2d) (`operators.md` §4.3 step 3).
@@ -124,8 +144,24 @@ def _checkInputs(queryParticles, domain, referenceState):
     return d
 
 
-def _limitedTerms(m0, m1, m2, dm0, dm1, dm2, count, h, d):
-    """Steps 3 and 4: limiter select, then A, B, gradA, gradB (sync-free torch glue)."""
+def _rejectDuals(*states):
+    """A forward-mode dual tensor in a particle state raises (metadata only, no readback):
+    the primal launches register no jvp() rule, and the explicit JVP is the entry point."""
+    for p in states:
+        if p is None:
+            continue
+        for f in ("positions", "supports", "masses", "densities"):
+            t = getattr(p, f, None)
+            if isinstance(t, torch.Tensor) and fwAD.unpack_dual(t).tangent is not None:
+                raise NotImplementedError(
+                    f"{_WHERE}: {f} is a forward-mode dual tensor; computeCRKFactors has no "
+                    "dual-tensor route. Use computeCRKFactorsJVP (the factors and their "
+                    "CRKTangentState) and pass the tangent as crkTangentState to "
+                    "warpOperationJVP")
+
+
+def _limiterMask(m0, m1, m2, count, h, d):
+    """Step 3's decision (detached): the spec's test, then the Schur test (module doc)."""
     n = m0.shape[0]
     zero = torch.zeros((), dtype=m0.dtype, device=m0.device)
     one = torch.ones((), dtype=m0.dtype, device=m0.device)
@@ -139,16 +175,30 @@ def _limitedTerms(m0, m1, m2, dm0, dm1, dm2, count, h, d):
     m1d = torch.where(limited[:, None], zero, m1d)
     m2d = torch.where(limited[:, None, None], eye, m2d)
     s = m0d - (m1d * torch.einsum("nab,nb->na", _inverse(m2d, d), m1d)).sum(-1)
-    limited = limited | (s <= limiterSchurTolerance(m0.dtype) * m0d.abs())
+    return limited | (s <= limiterSchurTolerance(m0.dtype) * m0d.abs())
+
+
+def _replaceLimited(limited, m0, m1, m2, dm0, dm1, dm2, d, constants=True):
+    """Limited rows' inputs replaced BEFORE any division: the constants ``m0 = 1, m1 = 0,
+    m2 = I, dm* = 0`` (exact identity, zero adjoint, W66), or with ``constants=False`` (the
+    tangents of the moments) zeros everywhere."""
+    n = m0.shape[0]
+    zero = torch.zeros((), dtype=m0.dtype, device=m0.device)
+    one = torch.ones((), dtype=m0.dtype, device=m0.device) if constants else zero
+    eye = (torch.eye(d, dtype=m0.dtype, device=m0.device).expand(n, d, d) if constants
+           else zero)
     l1, l2, l3 = limited[:, None], limited[:, None, None], limited[:, None, None, None]
-    # replaced by finite constants BEFORE any division: exact identity, zero adjoint (W66)
     m0 = torch.where(limited, one, m0)
     m1 = torch.where(l1, zero, m1)
     m2 = torch.where(l2, eye, m2)
     dm0 = torch.where(l1, zero, dm0)
     dm1 = torch.where(l2, zero, dm1)
     dm2 = torch.where(l3, zero, dm2)
+    return m0, m1, m2, dm0, dm1, dm2
 
+
+def _terms(m0, m1, m2, dm0, dm1, dm2, d):
+    """Step 4 on limiter-filtered inputs: ``(A, B, gradA, gradB, M, M m1)``."""
     M = _inverse(m2, d)
     Mm1 = torch.einsum("nab,nb->na", M, m1)
     A = 1.0 / (m0 - (m1 * Mm1).sum(-1))
@@ -158,7 +208,44 @@ def _limitedTerms(m0, m1, m2, dm0, dm1, dm2, count, h, d):
     gradA = -(A * A)[:, None] * (dm0 - 2.0 * t1 + t2)
     gradB = (torch.einsum("nil,nklm,nm->nki", M, dm2, Mm1)
              - torch.einsum("nij,njk->nki", M, dm1))
+    return A, B, gradA, gradB, M, Mm1
+
+
+def _limitedTerms(m0, m1, m2, dm0, dm1, dm2, count, h, d):
+    """Steps 3 and 4: limiter select, then A, B, gradA, gradB (sync-free torch glue)."""
+    limited = _limiterMask(m0, m1, m2, count, h, d)
+    sel = _replaceLimited(limited, m0, m1, m2, dm0, dm1, dm2, d)
+    A, B, gradA, gradB, _, _ = _terms(*sel, d)
     return A.contiguous(), B.contiguous(), gradA.contiguous(), gradB.contiguous()
+
+
+def _volumeAndMoments(queryParticles, domain, kernel, operationMode, adjacency,
+                      referenceState, referenceAdjacency, d):
+    """Steps 1 and 2: ``(V, volume context, moments context, (m0, m1, m2, dm0, dm1, dm2,
+    count))`` with the moments reshaped to ``[N_q]``, ``[N_q, d]``, ``[N_q, d, d]``, ``[N_q,
+    d]``, ``[N_q, d, d]`` (``[a, gamma]``), ``[N_q, d, d, d]`` (``[gamma, a, b]``)."""
+    base = OperationProperties(kernel, operationMode=operationMode)
+    gather = dataclasses.replace(base, supportMode=SupportScheme.Gather)
+    scatter = dataclasses.replace(base, supportMode=SupportScheme.Scatter)
+    R = queryParticles if referenceState is None else referenceState
+    volumeAdjacency = adjacency if referenceState is None else referenceAdjacency
+
+    # 1. apparent volume on R (Gather; query = reference = R)
+    vctx = SPHContext(R, gather, domain, adjacency=volumeAdjacency)
+    V = launchOperator(CRK_VOLUME_SPEC, vctx)
+
+    # 2. moments over the query -> reference neighbourhood (Scatter, V as referenceVolumes)
+    corr = Corrections(volumes=(None, V))
+    ctx = SPHContext(queryParticles, scatter, domain, adjacency=adjacency,
+                     reference=referenceState, corrections=corr)
+    m0, m1, m2, dm0, dm1, dm2, count = launchOperator(CRK_MOMENTS_SPEC, ctx)
+    n = m0.shape[0]
+    m1 = m1.reshape(n, d)
+    m2 = m2.reshape(n, d, d)
+    dm0 = dm0.reshape(n, d)
+    dm1 = dm1.reshape(n, d, d)  # [a, gamma]
+    dm2 = dm2.reshape(n, d, d, d)  # [gamma, a, b]
+    return V, vctx, ctx, (m0, m1, m2, dm0, dm1, dm2, count)
 
 
 def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDirection.AllToAll,
@@ -185,29 +272,14 @@ def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDir
 
     Derivatives: reverse mode w.r.t. positions, supports (both sets) and reference masses
     (rho_CRK), through the bridge and the torch glue. Limited rows have exactly zero adjoint.
-    No host synchronisation.
+    Forward mode: `computeCRKFactorsJVP`. No host synchronisation.
     """
     d = _checkInputs(queryParticles, domain, referenceState)
-    base = OperationProperties(kernel, operationMode=operationMode)
-    gather = dataclasses.replace(base, supportMode=SupportScheme.Gather)
-    scatter = dataclasses.replace(base, supportMode=SupportScheme.Scatter)
-    R = queryParticles if referenceState is None else referenceState
-    volumeAdjacency = adjacency if referenceState is None else referenceAdjacency
-
-    # 1. apparent volume on R (Gather; query = reference = R)
-    V = launchOperator(CRK_VOLUME_SPEC, SPHContext(R, gather, domain, adjacency=volumeAdjacency))
-
-    # 2. moments over the query -> reference neighbourhood (Scatter, V as referenceVolumes)
-    corr = Corrections(volumes=(None, V))
-    ctx = SPHContext(queryParticles, scatter, domain, adjacency=adjacency,
-                     reference=referenceState, corrections=corr)
-    m0, m1, m2, dm0, dm1, dm2, count = launchOperator(CRK_MOMENTS_SPEC, ctx)
-    n = m0.shape[0]
-    m1 = m1.reshape(n, d)
-    m2 = m2.reshape(n, d, d)
-    dm0 = dm0.reshape(n, d)
-    dm1 = dm1.reshape(n, d, d)  # [a, gamma]
-    dm2 = dm2.reshape(n, d, d, d)  # [gamma, a, b]
+    _rejectDuals(queryParticles, referenceState)
+    V, _, ctx, moments = _volumeAndMoments(queryParticles, domain, kernel, operationMode,
+                                           adjacency, referenceState, referenceAdjacency, d)
+    m0, m1, m2, dm0, dm1, dm2, count = moments
+    scatter = ctx.properties
 
     # 3. + 4. limiter and terms
     A, B, gradA, gradB = _limitedTerms(m0, m1, m2, dm0, dm1, dm2, count,
@@ -219,3 +291,167 @@ def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDir
                      corrections=Corrections(volumes=(None, V), crk=CRKState(A, B)))
     rho = launchOperator(CRK_DENSITY_SPEC, ctx)
     return V, rho, CRKState(A, B, gradA, gradB)
+
+
+# --------------------------------------------------------------------------------------
+# Forward mode (`autodiff.md` §9.8)
+# --------------------------------------------------------------------------------------
+
+_WHERE_JVP = "computeCRKFactorsJVP"
+
+
+def _termsJVP(limited, sel, tangents, A, M, Mm1):
+    """Exact tangents of `_terms` (step 4) at the limiter-filtered inputs `sel` for the moment
+    tangents `tangents` (zeroed on limited rows, whose inputs are constants):
+
+    ``dM = -M dm2 M``, ``du = dM m1 + M dm1`` (u = M m1), ``ds = dm0 - dm1.u - m1.du``
+    (s = m0 - m1.u), ``dA = -A^2 ds``, ``dB = -du``,
+    ``d gradA = -2 A dA c - A^2 dc`` with ``c = P0 - 2 u.P1 + u P2 u`` and its tangent, and
+    ``d gradB[k, i] = (dM P2 u + M T2 u + M P2 du)[k, i] - (dM P1 + M T1)[i, k]`` (P*, T* the
+    spatial moment derivatives and their tangents)."""
+    d = M.shape[-1]
+    m0, m1, m2, P0, P1, P2 = sel
+    t0, t1, t2, T0, T1, T2 = _replaceLimited(limited, *tangents, d, constants=False)
+    u = Mm1
+    dM = -torch.einsum("nab,nbc,ncd->nad", M, t2, M)
+    du = torch.einsum("nab,nb->na", dM, m1) + torch.einsum("nab,nb->na", M, t1)
+    ds = t0 - (t1 * u).sum(-1) - (m1 * du).sum(-1)
+    dA = -(A * A) * ds
+    dB = -du
+    r1 = torch.einsum("na,nak->nk", u, P1)
+    r2 = torch.einsum("nl,nklm,nm->nk", u, P2, u)
+    dr1 = torch.einsum("na,nak->nk", du, P1) + torch.einsum("na,nak->nk", u, T1)
+    dr2 = (torch.einsum("nl,nklm,nm->nk", du, P2, u) + torch.einsum("nl,nklm,nm->nk", u, T2, u)
+           + torch.einsum("nl,nklm,nm->nk", u, P2, du))
+    core = P0 - 2.0 * r1 + r2
+    dcore = T0 - 2.0 * dr1 + dr2
+    dgradA = -(2.0 * A * dA)[:, None] * core - (A * A)[:, None] * dcore
+    dgradB = (torch.einsum("nil,nklm,nm->nki", dM, P2, u)
+              + torch.einsum("nil,nklm,nm->nki", M, T2, u)
+              + torch.einsum("nil,nklm,nm->nki", M, P2, du)
+              - torch.einsum("nij,njk->nki", dM, P1)
+              - torch.einsum("nij,njk->nki", M, T1))
+    return dA.contiguous(), dB.contiguous(), dgradA.contiguous(), dgradB.contiguous()
+
+
+def _checkTangentState(role, ts, p, dtype, device):
+    """(positions, supports) tangents of `ts` checked against the primal `p` (None: zero)."""
+    if ts is None:
+        return None, None
+    if not isinstance(ts, ParticleTangentState):
+        raise TypeError(f"{_WHERE_JVP}: {role} has type {type(ts).__name__}; accepted: "
+                        "ParticleTangentState or None")
+    out = []
+    for f in ("positions", "supports", "masses", "densities"):
+        t = getattr(ts, f)
+        if t is None:
+            out.append(None)
+            continue
+        if isFunctorchWrapped(t):
+            raise NotImplementedError(f"{_WHERE_JVP}: {role}.{f} is a torch.func (functorch) "
+                                      "wrapped tensor; torch.func transforms are not supported "
+                                      "by the Warp bridge (use torch.autograd.forward_ad)")
+        like = getattr(p, f)
+        if like is None:
+            raise ValueError(f"{_WHERE_JVP}: {role}.{f} is given but the primal has no {f}")
+        if tuple(t.shape) != tuple(like.shape):
+            raise ValueError(f"{_WHERE_JVP}: {role}.{f} has shape {tuple(t.shape)}; accepted: "
+                             f"{tuple(like.shape)} (the shape of its primal)")
+        if t.dtype != dtype or t.device != device:
+            raise TypeError(f"{_WHERE_JVP}: {role}.{f} has {t.dtype} on {t.device}; accepted: "
+                            f"the call's {dtype} on {device}")
+        out.append(t)
+    # masses and densities are accepted and never read: no output of this JVP depends on them
+    return out[0], out[1]
+
+
+def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
+                         operationMode=OperationDirection.AllToAll, adjacency=None,
+                         referenceState=None, referenceTangentState=None, *,
+                         referenceAdjacency=None):
+    """Forward mode of `computeCRKFactors` (`autodiff.md` §9.8): the primal ``V`` and
+    `CRKState` with their tangents in the direction of the particle tangents.
+
+    Args:
+        queryParticles, domain, kernel, operationMode, adjacency, referenceState,
+            referenceAdjacency: the primal call, as for `computeCRKFactors` (same kinds
+            masking, traversals and limiter).
+        queryTangentState: `ParticleTangentState` of the query set (positions ``[N_q, d]``,
+            supports ``[N_q]``; None fields or None: zero). Masses and densities are accepted
+            and not read (no returned output depends on them).
+        referenceTangentState: `ParticleTangentState` of a distinct `referenceState` (None:
+            zero). With ``referenceState=None`` the reference set is the query set and its
+            tangent is `queryTangentState` (passing another object raises `ValueError`);
+            with ``referenceState is queryParticles`` a None reference tangent defaults to
+            the query tangent, like `warpOperationJVP`.
+
+    Returns:
+        ``(V [N_r], dV [N_r], CRKState(A, B, gradA, gradB), CRKTangentState(dA, dB, dgradA,
+        dgradB))``:
+
+        * ``dV_j = -V_j^2 sum_k dW(x_jk, h_j)`` (Gather on R; 0 where V = 0);
+        * the moment tangents from `crkMomentsJVPKernel` (dV_j included, Hessian and
+          d grad W / dh in the spatial-derivative moments);
+        * ``dA, dB, d gradA, d gradB`` the exact derivatives of step 4 (`_termsJVP`);
+          limited rows (identity correction) have exactly zero tangent.
+
+    The results are reverse-differentiable w.r.t. primals and tangents (the Warp launches go
+    through the bridge, the rest is torch). No host synchronisation.
+    """
+    d = _checkInputs(queryParticles, domain, referenceState)
+    pos = queryParticles.positions
+    dtype, device = pos.dtype, pos.device
+    if referenceState is None and referenceTangentState is not None \
+            and referenceTangentState is not queryTangentState:
+        raise ValueError(f"{_WHERE_JVP}: referenceTangentState is given without referenceState; "
+                         "the reference set is the query set, whose tangent is "
+                         "queryTangentState")
+    qx, qh = _checkTangentState("queryTangentState", queryTangentState, queryParticles, dtype,
+                                device)
+    if referenceState is None or (referenceState is queryParticles
+                                  and referenceTangentState is None):
+        rx, rh = qx, qh  # self interaction: one set, one tangent (as `warpOperationJVP`)
+    else:
+        rx, rh = _checkTangentState("referenceTangentState", referenceTangentState,
+                                    referenceState, dtype, device)
+
+    V, vctx, ctx, moments = _volumeAndMoments(queryParticles, domain, kernel, operationMode,
+                                              adjacency, referenceState, referenceAdjacency, d)
+    m0, m1, m2, dm0, dm1, dm2, count = moments
+    n = m0.shape[0]
+    limited = _limiterMask(m0, m1, m2, count, queryParticles.supports, d)
+    sel = _replaceLimited(limited, m0, m1, m2, dm0, dm1, dm2, d)
+    A, B, gradA, gradB, M, Mm1 = _terms(*sel, d)
+    state = CRKState(A.contiguous(), B.contiguous(), gradA.contiguous(), gradB.contiguous())
+
+    if all(t is None for t in (qx, qh, rx, rh)):
+        return V, torch.zeros_like(V), state, CRKTangentState(
+            torch.zeros_like(state.A), torch.zeros_like(state.B),
+            torch.zeros_like(state.gradA), torch.zeros_like(state.gradB))
+
+    s = warpScalar(dtype)
+    # 1. dV_j = -V_j^2 S'_j, S' the tangent of the raw sum (R tangent in both roles)
+    nR = int(V.shape[0])
+    dV = torch.zeros_like(V)
+    if rx is not None or rh is not None:
+        dS = launchGeometryJVP(crkVolumeJVPKernel, vctx,
+                               GeometryTangents(qPositions=rx, rPositions=rx, qSupports=rh,
+                                                rSupports=rh), (nR,), s)
+        dV = -(V * V) * dS
+
+    # 2. moment tangents, dV as the reference-volume tangent
+    F = crkMomentComponents(d) - 1
+    flat = launchGeometryJVP(crkMomentsJVPKernel, ctx,
+                             GeometryTangents(qPositions=qx, qSupports=qh, rPositions=rx,
+                                              rSupports=rh, rVolumes=dV),
+                             (n * F,), s, numThreads=n * F).reshape(n, F)
+    dd = d * d
+    sizes = (1, d, dd, d, dd, dd * d)
+    parts = torch.split(flat, sizes, dim=1)
+    tangents = (parts[0].reshape(n), parts[1].reshape(n, d), parts[2].reshape(n, d, d),
+                parts[3].reshape(n, d), parts[4].reshape(n, d, d),
+                parts[5].reshape(n, d, d, d))
+
+    # 3. + 4. limited rows: zero tangent; the rest: exact derivatives of step 4
+    dA, dB, dgradA, dgradB = _termsJVP(limited, sel, tangents, A, M, Mm1)
+    return V, dV, state, CRKTangentState(dA, dB, dgradA, dgradB)

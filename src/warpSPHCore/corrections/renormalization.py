@@ -25,9 +25,14 @@ on-the-fly grid build) into every call. Consequences:
   ``-L dC L`` (W85);
 * sync-free: no ``.item()``, no synchronising ``torch.linalg`` routine, no data-dependent
   Python branch; the 3D eigenvalues are a closed-form torch computation;
-* forward mode: the helpers register no JVP rule, so a live dual tangent raises
-  `NotImplementedError` in the bridge (the forward-mode entry point
-  `computeRenormalizationMatricesJVP` of `autodiff.md` §9.9 is a later issue).
+* forward mode: the pseudo-inverse launches carry the JVP rule ``dL = -L dC L`` (2D: of the
+  symmetrised C, with the eigenvalue tangents), so dual tensors pass through
+  `computeRenormalizationMatrices` wherever the Covariance dual route does (no CRK state);
+  the explicit entry point is
+  `computeRenormalizationMatricesJVP` (`autodiff.md` §9.9): dC from the Covariance geometry
+  JVP (`warpOperationJVP`), zeroed on identity-fallback rows, then ``dL = -L dC L`` in torch
+  (1D: ``-dC / C^2`` where ``C > 1e-10``, else 0, which is the same expression since L = 0
+  there; 2D: dC symmetrised like C, the exact derivative of the well-conditioned branch).
 
 eigVals: 1D ``C`` (``[N, 1]``, differentiable); 2D ``(big, small)`` (differentiable);
 3D the eigenvalues of ``(C + C^T)/2`` by decreasing magnitude (trigonometric closed form,
@@ -40,24 +45,26 @@ import dataclasses
 import math
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import warp as wp
 
 from ..autograd.launcher import launch_kernel
 from ..autograd.stateAwareWarpFunction import StateAwareWarpFunction
-from ..dataTypes.corrections import RenormalizationState
+from ..dataTypes.corrections import RenormalizationState, RenormalizationTangentState
 from ..enumTypes import WarpOperation
 from ..util.conversion import isFunctorchWrapped
 from ..util.precision import warpScalar
 from ._renormKernels import pinv1Kernel, pinv2Kernel, pinv3Kernel
 
-__all__ = ["computeRenormalizationMatrices", "pinv_warp", "pinv1x1", "pinv2x2_warpBackend",
-           "pinv3x3_warpBackend", "symmetricEigenvalues3"]
+__all__ = ["computeRenormalizationMatrices", "computeRenormalizationMatricesJVP", "pinv_warp",
+           "pinv1x1", "pinv2x2_warpBackend", "pinv3x3_warpBackend", "symmetricEigenvalues3"]
 
-def _bridgeLaunch(kernel, C, outputDtypes):
+def _bridgeLaunch(kernel, C, outputDtypes, jvp=None):
     """Launch ``kernel(C, *outputs)`` (one thread per row) through `StateAwareWarpFunction`.
 
     `C` is ``[N]``, ``[N, d, d]``; `outputDtypes` the Warp dtypes of the outputs (each of
-    shape ``(N,)``). Returns the output tensor or a tuple of them."""
+    shape ``(N,)``); `jvp`: ``(primal C, its tangent) -> output tangent(s)`` or None (a live
+    dual tangent then raises in the bridge). Returns the output tensor or a tuple of them."""
     n = int(C.shape[0])
     if len(outputDtypes) == 1:
         shape, dtype = (n,), outputDtypes[0]
@@ -67,7 +74,52 @@ def _bridgeLaunch(kernel, C, outputDtypes):
     def build_fn(warp_arrays, use_bundle=False):
         return list(warp_arrays)
 
-    return StateAwareWarpFunction.apply(None, build_fn, launch_kernel, kernel, shape, dtype, C)
+    jvp_fn = None
+    if jvp is not None:
+        def jvp_fn(ctx, flat_tangents):
+            return jvp(fwAD.unpack_dual(C).primal, flat_tangents[0])
+
+    return StateAwareWarpFunction.apply(jvp_fn, build_fn, launch_kernel, kernel, shape, dtype,
+                                        C)
+
+
+# Forward-mode rules of the pseudo-inverse launches: dL = -L dC L (the exact derivative on
+# full-rank rows; in the truncated branches the rule of `autodiff.md` §9.9, as in
+# `computeRenormalizationMatricesJVP`). L is relaunched on the primal C (no tangent), so the
+# tangent is reverse-differentiable (reverse over forward).
+
+
+def _pinv1JVP(C, dC):
+    L = _bridgeLaunch(pinv1Kernel, C, (warpScalar(C.dtype),))
+    return -(L * L) * dC
+
+
+def _pinv2JVP(C, dC):
+    s = warpScalar(C.dtype)
+    L, _ = _bridgeLaunch(pinv2Kernel, C, (wp.types.matrix(shape=(2, 2), dtype=s),
+                                          wp.types.vector(length=2, dtype=s)))
+    dS = 0.5 * (dC + dC.transpose(1, 2))  # the kernel inverts the symmetrised C
+    dL = -torch.einsum("nab,nbc,ncd->nad", L, dS, L)
+    # eigenvalues (a + c +- root) / 2 of [[a, b], [b, c]], root = sqrt((a - c)^2 + 4 b^2),
+    # ordered (big, small) by magnitude like the kernel; d root = 0 where root = 0 (W9)
+    a, c = C[:, 0, 0], C[:, 1, 1]
+    b = 0.5 * (C[:, 0, 1] + C[:, 1, 0])
+    da, dc, db = dS[:, 0, 0], dS[:, 1, 1], dS[:, 0, 1]
+    root = torch.sqrt((a - c) ** 2 + 4.0 * b * b)
+    safe = torch.where(root > 0, root, torch.ones_like(root))
+    droot = torch.where(root > 0, ((a - c) * (da - dc) + 4.0 * b * db) / safe,
+                        torch.zeros_like(root))
+    lamP, lamM = 0.5 * (a + c + root), 0.5 * (a + c - root)
+    dP, dM = 0.5 * (da + dc + droot), 0.5 * (da + dc - droot)
+    plusIsBig = lamP.abs() >= lamM.abs()
+    dEv = torch.stack((torch.where(plusIsBig, dP, dM), torch.where(plusIsBig, dM, dP)), dim=1)
+    return dL, dEv
+
+
+def _pinv3JVP(C, dC):
+    L = _bridgeLaunch(pinv3Kernel, C, (wp.types.matrix(shape=(3, 3),
+                                                       dtype=warpScalar(C.dtype)),))
+    return -torch.einsum("nab,nbc,ncd->nad", L, dC, L)
 
 
 def _checkMatrices(owner: str, C, d: int | None = None):
@@ -119,7 +171,7 @@ def pinv1x1(C):
     """
     _checkMatrices("pinv1x1", C, 1)
     N = int(C.shape[0])
-    L = _bridgeLaunch(pinv1Kernel, C.reshape(N), (warpScalar(C.dtype),))
+    L = _bridgeLaunch(pinv1Kernel, C.reshape(N), (warpScalar(C.dtype),), jvp=_pinv1JVP)
     return L.reshape(N, 1, 1), C.reshape(N, 1)
 
 
@@ -143,13 +195,14 @@ def pinv2x2_warpBackend(C, n=None):
     s = warpScalar(C.dtype)
     mat = wp.types.matrix(shape=(2, 2), dtype=s)
     vec = wp.types.vector(length=2, dtype=s)
-    L, ev = _bridgeLaunch(pinv2Kernel, C, (mat, vec))
+    L, ev = _bridgeLaunch(pinv2Kernel, C, (mat, vec), jvp=_pinv2JVP)
     return L, ev
 
 
 def symmetricEigenvalues3(C):
     """Eigenvalues of ``(C + C^T)/2`` for ``C [N, 3, 3]`` in closed form (trigonometric
     method), ordered by decreasing magnitude, detached. Sync-free (no torch.linalg)."""
+    C = fwAD.unpack_dual(C).primal.detach()  # no reverse or forward-mode derivative
     with torch.no_grad():
         S = 0.5 * (C + C.transpose(1, 2))
         p1 = S[:, 0, 1] ** 2 + S[:, 0, 2] ** 2 + S[:, 1, 2] ** 2
@@ -193,7 +246,7 @@ def pinv3x3_warpBackend(C, n=None):
     _checkMatrices("pinv3x3_warpBackend", C, 3)
     C = _identityFallback(C, n)
     mat = wp.types.matrix(shape=(3, 3), dtype=warpScalar(C.dtype))
-    L = _bridgeLaunch(pinv3Kernel, C, (mat,))
+    L = _bridgeLaunch(pinv3Kernel, C, (mat,), jvp=_pinv3JVP)
     return L, symmetricEigenvalues3(C)
 
 
@@ -244,7 +297,7 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
         ``(C [N_q, d, d], eigVals [N_q, d], RenormalizationState(L [N_q, d, d]))`` — C is the
         identity-replaced matrix — or only the state. Reverse mode w.r.t. positions,
         supports, masses, densities, volumes, CRK tensors and a given L; no host sync.
-        Forward mode: not yet (`computeRenormalizationMatricesJVP`, a later issue).
+        Forward mode: `computeRenormalizationMatricesJVP`.
     """
     from ..operations import warpOperation  # deferred: operations imports the operators
 
@@ -260,3 +313,59 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
     if not returnEigVals:
         return state
     return C, eigVals, state
+
+
+def computeRenormalizationMatricesJVP(queryParticles, operationProperties, domain,
+                                      queryTangentState, queryVolumes=None, referenceVolumes=None,
+                                      tangentReferenceVolumes=None, adjacency=None,
+                                      referenceParticles=None, referenceTangentState=None,
+                                      returnEigVals=True):
+    """Forward mode of `computeRenormalizationMatrices` (`autodiff.md` §9.9).
+
+    * ``dC`` is the Covariance geometry JVP (`warpOperationJVP`, operation set to Covariance
+      on a copy of the properties; its scope: positions, supports and densities of both
+      sets, reference masses, reference volumes with their tangent; no CRK, grad-h or
+      renormalization state);
+    * rows with ``n < d + 2`` (identity fallback) get ``dC = 0``;
+    * ``dL = -L dC L`` — 1D: ``-dC / C^2`` where ``C > 1e-10``, else 0; 2D: dC symmetrised
+      as the primal symmetrises C. Exact on full-rank rows (2D well-conditioned branch, 3D
+      all singular values above the cutoff); in the 2D eigen-reconstruction and 3D
+      truncated branches this is ``-L dC L`` as in 0.6.0, not the derivative of the
+      truncated pseudo-inverse.
+
+    Args:
+        queryParticles, operationProperties, domain, queryVolumes, referenceVolumes,
+            adjacency, referenceParticles: the primal call (`computeRenormalizationMatrices`).
+        queryTangentState, referenceTangentState: `ParticleTangentState` or None (the
+            reference tangent defaults to the query tangent for a self-interaction call);
+            query masses are never read (their tangent raises, as in `warpOperationJVP`).
+        tangentReferenceVolumes: ``[N_r]`` tangent of `referenceVolumes` or None.
+        returnEigVals: False returns only the two states.
+
+    Returns:
+        ``(C, eigVals, RenormalizationState(L), RenormalizationTangentState(dL))`` or
+        ``(RenormalizationState(L), RenormalizationTangentState(dL))``. Reverse-differentiable
+        (reverse over forward); no host sync.
+    """
+    from ..operations import warpOperation, warpOperationJVP  # deferred (import cycle)
+
+    props = dataclasses.replace(operationProperties, operation=WarpOperation.Covariance)
+    common = dict(queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+                  adjacency=adjacency, referenceParticles=referenceParticles)
+    C, n = warpOperation(queryParticles, props, domain, covarianceReturnNumNeighbors=True,
+                         **common)
+    dC = warpOperationJVP(queryParticles, props, domain, queryTangentState=queryTangentState,
+                          referenceTangentState=referenceTangentState,
+                          tangentReferenceVolumes=tangentReferenceVolumes, **common)
+    low = _lowNeighbourMask(C, n)
+    C = _identityFallback(C, n)
+    dC = torch.where(low, torch.zeros((), dtype=dC.dtype, device=dC.device), dC)
+    L, eigVals = pinv_warp(C)
+    if int(C.shape[1]) == 2:
+        dC = 0.5 * (dC + dC.transpose(1, 2))
+    dL = -torch.einsum("nab,nbc,ncd->nad", L, dC, L)
+    state = RenormalizationState(L)
+    tangentState = RenormalizationTangentState(dL.contiguous())
+    if not returnEigVals:
+        return state, tangentState
+    return C, eigVals, state, tangentState

@@ -13,7 +13,15 @@ neighbour count n_i = #{mode-admitted visited j : W^R_ij > 0} (self included).
 * Kinds masking as in `operators.md` §6: a masked query has C = 0 and count 0.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, reference volumes,
-CRK A, B, gradA, gradB and L; the count is non-differentiable.
+CRK A, B, gradA, gradB and L; the count is non-differentiable. Forward mode (`autodiff.md`
+§9.5): `covarianceJVPKernel`, the matrix tangent only (one thread per matrix element,
+``N_q d^2`` threads; the count has no tangent), with the primal's traversal, kinds and
+calibration:
+
+    dC_i[a, b] = N sum_j -( dV_j x_ij[a] G_ij[b] + V_j dx_ij[a] G_ij[b] + V_j x_ij[a] dG_ij[b] )
+
+(`covarianceJVPPairTerm`; dV_j from `apparentVolumeJVP_j`, (G, dG) from
+`correctedGradientJVP_ij`). Itself reverse-differentiable (reverse over forward).
 """
 
 from __future__ import annotations
@@ -28,11 +36,13 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._coefficients import apparentVolume_j
+from ._tangents import apparentVolumeJVP_j, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij, correctedKernel_ij
-from ._coefficients import apparentVolume_j
 
-__all__ = ["covariancePairTerm", "covarianceKernel", "COVARIANCE_SPEC"]
+__all__ = ["covariancePairTerm", "covarianceKernel", "covarianceJVPPairTerm",
+           "covarianceJVPKernel", "COVARIANCE_SPEC"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -94,6 +104,58 @@ def covarianceKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(covarianceKernel, {"out": "scalar"})
 
 
+@wp.func
+def covarianceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                          dom: Any, corr: Any, ks: Any, t: Any):
+    """d[V_j (-x_ij[a]) G_ij[b]] (k = a d + b) for a mode-admitted reference j (tangent pack
+    `t`), else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        a = k / dom.dim
+        b = k - a * dom.dim
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        V = apparentVolume_j(r, corr, j)
+        dV = apparentVolumeJVP_j(r, corr, t, j)
+        res = -(dV * x_ij[a] * G[b] + V * dx[a] * G[b] + V * x_ij[a] * dG[b])
+    return res
+
+
+covarianceJVPCsrSum, covarianceJVPGridSum = makeNeighborSum(
+    covarianceJVPPairTerm, "covarianceJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def covarianceJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                        useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                        correctionData: Any, kernelProperties: Any, tangents: Any,
+                        out: wp.array(dtype=Any)):
+    """out[i d^2 + a d + b] = N dC_i[a, b]; 0 for a masked query."""
+    tid = wp.tid()
+    dd = domainState.dim * domainState.dim
+    i = tid / dd
+    k = tid - i * dd
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = covarianceJVPCsrSum(adjacencyState, i, k, dd, queryState, referenceState,
+                                      domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = covarianceJVPGridSum(gridState, cell, i, k, dd, queryState, referenceState,
+                                       domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(covarianceJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -114,5 +176,5 @@ COVARIANCE_SPEC = OperatorSpec(
              OutputSpec(dtype=wp.int32, shape=lambda ctx, extras: (ctx.numQueries,))),
     extras=(),
     numThreads=_numThreads,
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=covarianceJVPKernel, geometryThreads=None),
 )

@@ -18,8 +18,17 @@
   skipped. Lattice calibration multiplies the sum.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
-volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
-Forward-mode tangents: not yet.
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
+(`autodiff.md` §9.5): `curlJVPKernel`, the same thread layout, traversal, kinds and
+calibration as the primal, with the product-rule pair term
+
+    d(G[a1] c[a2 P + s] - G[a2] c[a1 P + s])
+        = dG[a1] c2 + G[a1] dc2 - dG[a2] c1 - G[a2] dc1
+
+(`_tangents.correctedGradientJVP_ij`; `_tangents.fieldCoefficientJVP_ij` with f_i and f_j
+both divided, the value tangent fused). The scope (`operationsJVP.checkJVPScope`) is 2D only
+(and no grad-h); the kernel is the same generic formula for every d (1D: exactly 0, like the
+primal; 3D: the same index map as the primal). Itself reverse-differentiable.
 """
 
 from __future__ import annotations
@@ -34,10 +43,11 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
+from ._tangents import correctedGradientJVP_ij, fieldCoefficientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
-__all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC"]
+__all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC", "curlJVPPairTerm", "curlJVPKernel"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -103,6 +113,75 @@ def curlKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjace
 declareStateOverloads(curlKernel, {"values": "scalar", "out": "scalar"})
 
 
+@wp.func
+def curlJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                    dom: Any, corr: Any, ks: Any, t: Any):
+    """d(G_ij x c_ij[:, s])_a = dG[a1] c2 + G[a1] dc2 - dG[a2] c1 - G[a2] dc1 for the output
+    component k (as `curlPairTerm`) if reference j passes the mode's test, else 0 (d = 1:
+    0)."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    d = dom.dim
+    if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        P = F / d
+        a1 = wp.int32(0)
+        a2 = wp.int32(1)
+        s = k
+        if d == 3:
+            a = k / P
+            s = k - a * P
+            a1 = (a + 1) - 3 * ((a + 1) / 3)
+            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        c2, dc2 = fieldCoefficientJVP_ij(i, j, a2 * P + s, F, q, r, corr, ks, t, True)
+        c1, dc1 = fieldCoefficientJVP_ij(i, j, a1 * P + s, F, q, r, corr, ks, t, True)
+        b1 = wp.min(a1, d - 1)
+        b2 = wp.min(a2, d - 1)
+        res = (dG[b1] * c2 + G[b1] * dc2) - (dG[b2] * c1 + G[b2] * dc1)
+    return res
+
+
+curlJVPCsrSum, curlJVPGridSum = makeNeighborSum(curlJVPPairTerm, "curlJVP", replayZero=True,
+                                                tangent=True)
+
+
+@wp.kernel
+def curlJVPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjacency: wp.bool,
+                  adjacencyState: Any, gridState: Any, correctionData: Any,
+                  kernelProperties: Any, tangents: Any, fieldWidth: wp.int32,
+                  out: wp.array(dtype=Any)):
+    """dout[i n + k] = N sum_j d(G_ij x c_ij)[k] (n as `curlKernel`); 0 for a masked query
+    and in 1D."""
+    tid = wp.tid()
+    d = domainState.dim
+    n = wp.int32(1)
+    if d == 2:
+        n = fieldWidth / 2
+    elif d == 3:
+        n = fieldWidth
+    i = tid / n
+    k = tid - i * n
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if d > 1 and checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = curlJVPCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                                domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = curlJVPGridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                                 domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(curlJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -119,5 +198,5 @@ CURL_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=curlJVPKernel),
 )

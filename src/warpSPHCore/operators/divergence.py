@@ -20,8 +20,18 @@
   skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
-volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
-Forward-mode tangents: not yet.
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
+(`autodiff.md` §9.5): `divergenceJVPKernel`, the same thread layout, traversal, kinds and
+calibration as the primal, with the pair term
+
+    d(sum_delta c_ij[idx(delta, p)] G_ij[delta])
+        = sum_delta (dc_ij[idx] G_ij[delta] + c_ij[idx] dG_ij[delta])
+
+(`_tangents.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
+value tangent fused; `_tangents.correctedGradientJVP_ij`). Non-consistent volumes only: the
+scope check (`operationsJVP.checkJVPScope`) rejects ``consistentDivergence`` (and dot mode,
+although the index map `_contractedIndex` is mirrored, so the kernel itself is exact there
+too) and grad-h. Itself reverse-differentiable (reverse over forward).
 """
 
 from __future__ import annotations
@@ -36,10 +46,12 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
+from ._tangents import correctedGradientJVP_ij, fieldCoefficientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
-__all__ = ["divergencePairTerm", "divergenceKernel", "DIVERGENCE_SPEC"]
+__all__ = ["divergencePairTerm", "divergenceKernel", "DIVERGENCE_SPEC", "divergenceJVPPairTerm",
+           "divergenceJVPKernel"]
 
 
 @wp.func
@@ -117,6 +129,74 @@ def divergenceKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(divergenceKernel, {"values": "scalar", "out": "scalar"})
 
 
+@wp.func
+def divergenceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                          dom: Any, corr: Any, ks: Any, t: Any):
+    """sum_delta (dc_ij[idx(delta, p)] G_ij[delta] + c_ij[idx(delta, p)] dG_ij[delta]) (k = p;
+    non-consistent volumes) for a mode-admitted reference j (tangent pack `t`), else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        p = k
+        d = dom.dim
+        P = F / d
+        dotMode = ks.divergenceMode
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        c0, dc0 = fieldCoefficientJVP_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r,
+                                         corr, ks, t, True)
+        res = dc0 * G[0] + c0 * dG[0]
+        if d > 1:
+            d1 = wp.min(1, d - 1)
+            c1, dc1 = fieldCoefficientJVP_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
+                                             r, corr, ks, t, True)
+            res = res + dc1 * G[d1] + c1 * dG[d1]
+        if d > 2:
+            d2 = wp.min(2, d - 1)
+            c2, dc2 = fieldCoefficientJVP_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
+                                             r, corr, ks, t, True)
+            res = res + dc2 * G[d2] + c2 * dG[d2]
+    return res
+
+
+divergenceJVPCsrSum, divergenceJVPGridSum = makeNeighborSum(
+    divergenceJVPPairTerm, "divergenceJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def divergenceJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                        useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                        correctionData: Any, kernelProperties: Any, tangents: Any,
+                        fieldWidth: wp.int32, consistentDivergence: wp.bool,
+                        out: wp.array(dtype=Any)):
+    """dout[i P + p] = N sum_j sum_delta d(c_ij[idx] G_ij[delta]); 0 for a masked query.
+    `consistentDivergence` is accepted for the ABI (the primal's SCALAR extras) and must be
+    False (the scope check rejects it)."""
+    tid = wp.tid()
+    P = fieldWidth / domainState.dim
+    i = tid / P
+    p = tid - i * P
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = divergenceJVPCsrSum(adjacencyState, i, p, fieldWidth, queryState,
+                                      referenceState, domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = divergenceJVPGridSum(gridState, cell, i, p, fieldWidth, queryState,
+                                       referenceState, domainState, correctionData, ks,
+                                       tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(divergenceJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -131,5 +211,5 @@ DIVERGENCE_SPEC = OperatorSpec(
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR),
             ExtraSpec("consistentDivergence", ExtraKind.SCALAR)),
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=divergenceJVPKernel),
 )

@@ -26,7 +26,16 @@
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
-Forward-mode tangents: not yet.
+
+Forward mode (`autodiff.md` §9.1, §9.5): value tangents alone are Tier 1 (this kernel on the
+tangent values, grad-h included). Geometry tangents: `gradientJVPKernel`, with the primal's
+thread layout (thread (i, a), ``out[i F d + a d + delta]``) and
+``d out_i[a] = N sum_j (dc_ij[a] G_ij + c_ij[a] dG_ij)`` (`gradientJVPPairTerm`): ``(c, dc)``
+from `_tangents.fieldCoefficientJVP_ij` (the value tangent fused into dc), ``(G, dG)`` from
+`_tangents.correctedGradientJVP_ij` (positions, supports, CRK and renormalization
+tangents); same kinds masking, traversal and calibration as the primal; itself
+reverse-differentiable (reverse over forward). Geometry tangents with grad-h are rejected by
+the scope check (`operationsJVP.checkJVPScope`), so the JVP kernel never divides by Omega.
 """
 
 from __future__ import annotations
@@ -41,10 +50,12 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
+from ._tangents import correctedGradientJVP_ij, fieldCoefficientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
-__all__ = ["gradientPairTerm", "gradientKernel", "GRADIENT_SPEC"]
+__all__ = ["gradientPairTerm", "gradientKernel", "GRADIENT_SPEC", "gradientJVPPairTerm",
+           "gradientJVPKernel"]
 
 
 # Inlined into both traversals: Warp passes struct arguments of a non-inlined function by
@@ -96,6 +107,58 @@ def gradientKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(gradientKernel, {"values": "scalar", "out": "scalar"})
 
 
+@wp.func
+def gradientJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                        dom: Any, corr: Any, ks: Any, t: Any):
+    """d(c_ij[a] G_ij) = dc_ij[a] G_ij + c_ij[a] dG_ij (a d-vector; k = a; tangent pack `t`)
+    if reference j passes the mode's test, else 0."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
+        res = dc * G + c * dG
+    return res
+
+
+gradientJVPCsrSum, gradientJVPGridSum = makeNeighborSum(gradientJVPPairTerm, "gradientJVP",
+                                                        vector=True, replayZero=True,
+                                                        tangent=True)
+
+
+@wp.kernel
+def gradientJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                      useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                      correctionData: Any, kernelProperties: Any, tangents: Any,
+                      fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """Thread (i, a): out[i F d + a d + delta] = N sum_j (dc_ij[a] G_ij + c_ij[a] dG_ij)[delta]
+    for every delta; 0 for a masked query."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    a = tid - i * fieldWidth
+    ks = kernelProperties
+    val = queryState.positions.dtype()
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = gradientJVPCsrSum(adjacencyState, i, a, fieldWidth, queryState,
+                                    referenceState, domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = gradientJVPGridSum(gridState, cell, i, a, fieldWidth, queryState,
+                                     referenceState, domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    base = tid * domainState.dim
+    for delta in range(domainState.dim):
+        out[base + delta] = val[delta]
+
+
+declareStateOverloads(gradientJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -114,5 +177,5 @@ GRADIENT_SPEC = OperatorSpec(
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     numThreads=_numThreads,
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
 )

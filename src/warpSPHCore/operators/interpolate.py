@@ -11,7 +11,15 @@
 * Kinds masking as in `operators.md` §6; a masked query row is exactly 0.
 
 Derivatives: reverse mode w.r.t. positions, supports, reference masses and densities,
-values, reference volumes and the CRK A, B (through `StateAwareWarpFunction`).
+values, reference volumes and the CRK A, B (through `StateAwareWarpFunction`). Forward mode
+(`autodiff.md` §9.5): `interpolateJVPKernel`, the same thread layout, traversal, kinds and
+calibration as the primal, with the values frozen (the pack's flat ``values [N_r F]``) and the
+value tangent fused (``tValues``, same layout):
+
+    d fbar_i[k] = N sum_j ( f_j[k] (dV_j W^R_ij + V_j dW^R_ij) + df_j[k] V_j W^R_ij )
+
+(`interpolateJVPPairTerm`; dV_j from `apparentVolumeJVP_j`, (W^R, dW^R) from
+`correctedKernelJVP_ij`). Itself reverse-differentiable (reverse over forward).
 """
 
 from __future__ import annotations
@@ -27,11 +35,12 @@ from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import apparentVolume_j
+from ._tangents import apparentVolumeJVP_j, correctedKernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
 
-__all__ = ["interpolatePairTerm", "interpolateKernel",
-           "INTERPOLATE_SPEC"]
+__all__ = ["interpolatePairTerm", "interpolateKernel", "interpolateJVPPairTerm",
+           "interpolateJVPKernel", "INTERPOLATE_SPEC"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -82,6 +91,58 @@ def interpolateKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(interpolateKernel, {"referenceValues": "scalar", "out": "scalar"})
 
 
+@wp.func
+def interpolateJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                           dom: Any, corr: Any, ks: Any, t: Any):
+    """f_j[k] (dV_j W^R_ij + V_j dW^R_ij) + df_j[k] V_j W^R_ij for a mode-admitted reference j
+    (tangent pack `t`: frozen values ``t.values``, value tangent ``t.tValues``), else 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        WR, dWR = correctedKernelJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        V = apparentVolume_j(r, corr, j)
+        dV = apparentVolumeJVP_j(r, corr, t, j)
+        res = t.values[j * F + k] * (dV * WR + V * dWR)
+        if t.hasValueTangent:
+            res += t.tValues[j * F + k] * V * WR
+    return res
+
+
+interpolateJVPCsrSum, interpolateJVPGridSum = makeNeighborSum(
+    interpolateJVPPairTerm, "interpolateJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def interpolateJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                         useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                         correctionData: Any, kernelProperties: Any, tangents: Any,
+                         fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """out[i F + k] = N sum_j d(f_j[k] V_j W^R_ij); 0 for a masked query."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = interpolateJVPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
+                                       referenceState, domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = interpolateJVPGridSum(gridState, cell, i, k, fieldWidth, queryState,
+                                        referenceState, domainState, correctionData, ks,
+                                        tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(interpolateJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -95,5 +156,5 @@ INTERPOLATE_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("referenceValues", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
-    jvp=JVPSpec(referenceValueExtra="referenceValues"),
+    jvp=JVPSpec(referenceValueExtra="referenceValues", geometryKernel=interpolateJVPKernel),
 )

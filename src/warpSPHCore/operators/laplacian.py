@@ -41,8 +41,27 @@ volumes, Omega (query and reference), CRK A, B, gradA, gradB and L (through
 exact (the true contribution is 0; `warp-pitfalls.md` W12). With CRK (G(0) != 0) the
 Brookshaw/Dot/Default terms grow like G(0).x_hat / r as a distinct particle leaves a
 coincident partner, so the position derivative of such a pair exists only along motions
-that keep it coincident; the guard's value and adjoint there are 0. Forward-mode tangents:
-not yet.
+that keep it coincident; the guard's value and adjoint there are 0.
+
+Forward mode (`autodiff.md` §9.5): `laplacianJVPKernel`, the exact derivative of
+`laplacianKernel` (same thread layout, traversal, kinds, calibration and grad-h division) with
+the values frozen (the pack's ``values``) and the neighbour structure fixed:
+
+* dq_ij = (f_j - f_i) dV_j, Symmetric (f_j - f_i) d(m_j rho_i / rho_j^2)
+  (`laplacianDifferenceJVP_ij`), plus the value tangent q_ij(tValues) fused into the loop;
+* Naive: dq lap W + q d(lap W) (`support.sphKernelLaplacianJVP_ij`, the helper support rule);
+* Brookshaw/Default/Dot: n_ij, r and the regularised denominators differentiated literally,
+  dr = x.dx / r, dD = dr + 1e-8 dh_ij (Default's second denominator: 1e-12 dh_ij),
+  dn = dx / D - x dD / D^2, d(G.n) = dG.n + G.dn with (G, dG) from
+  `_tangents.correctedGradientJVP_ij` (CRK and renormalization tangents included); pairs
+  with r = 0 contribute 0 with tangent 0;
+* positiveDivergence: the primal's pair selection, made by the frozen values (exact away
+  from the switching surface x_ij . q_ij = 0). This kernel also serves value tangents alone
+  under this option, since the operator is then not linear in its values (a deviation from
+  `autodiff.md` §9.4, which rejects the option; `operationsJVP`).
+
+The JVP kernel runs through the bridge, so it is itself reverse-differentiable (reverse over
+forward, §11).
 
 The float32/float64 x d = 1, 2, 3 overloads are declared at import (one module build, W79).
 """
@@ -56,15 +75,21 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import computePairwiseSupport, sphKernelLaplacian_ij
+from ..kernels.support import (
+    computePairwiseSupport,
+    computePairwiseSupportJVP,
+    sphKernelLaplacian_ij,
+    sphKernelLaplacianJVP_ij,
+)
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldValues_ij
+from ._coefficients import apparentVolume_j, fieldValues_ij
+from ._tangents import apparentVolumeJVP_j, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
-from ._coefficients import apparentVolume_j
 
-__all__ = ["laplacianDifference_ij", "laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC"]
+__all__ = ["laplacianDifference_ij", "laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC",
+           "laplacianDifferenceJVP_ij", "laplacianJVPPairTerm", "laplacianJVPKernel"]
 
 # Fixed regularisers of the geometric factor for both precisions (`operators.md` §2.6);
 # converted to the call's scalar type at use (W6).
@@ -175,6 +200,150 @@ def laplacianKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(laplacianKernel, {"values": "scalar", "out": "scalar"})
 
 
+# --- forward mode (Tier 2) ----------------------------------------------------------------
+
+
+@wp.func
+def laplacianDifferenceJVP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                              r: Any, corr: Any, ks: Any, t: Any):
+    """(q_ij[k], dq_ij[k]) of `laplacianDifference_ij` for the frozen values ``t.values``:
+    dq = (f_j - f_i) dV_j, Symmetric (f_j - f_i) [dm_j rho_i / rho_j^2 + m_j drho_i / rho_j^2
+    - 2 m_j rho_i drho_j / rho_j^3], plus the value tangent's q_ij(tValues) (q is linear in
+    f). Omega has no tangent (grad-h: f / Omega on both sides, as in the primal)."""
+    q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.values)
+    dq = type(q_k)(0.0)
+    if t.hasGeometry:
+        f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, t.values, True)
+        dscale = type(q_k)(0.0)
+        if ks.gradientMode == 2:
+            if q.hasDensities and r.hasDensities:
+                rho_i = q.densities[i]
+                rho_j = r.densities[j]
+                m_j = r.masses[j]
+                rho_j2 = rho_j * rho_j
+                if t.hasRMasses:
+                    dscale = dscale + t.rMasses[j] * rho_i / rho_j2
+                if t.hasQDensities:
+                    dscale = dscale + m_j * t.qDensities[i] / rho_j2
+                if t.hasRDensities:
+                    dscale = dscale - type(q_k)(2.0) * m_j * rho_i * t.rDensities[j] / (
+                        rho_j2 * rho_j)
+        else:
+            dscale = apparentVolumeJVP_j(r, corr, t, j)
+        dq = (f_j - f_i) * dscale
+    if t.hasValueTangent:
+        dq = dq + laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.tValues)
+    return q_k, dq
+
+
+@wp.func
+def _blockDotJVP(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, n: Any, dn: Any,
+                 d: wp.int32, q: Any, r: Any, corr: Any, ks: Any, t: Any):
+    """(sum_{c<d} q_ij[base + c] n[c], its tangent sum_c dq[base + c] n[c] + q[base + c] dn[c]);
+    a constant-bound loop that only accumulates, like `_blockDot`."""
+    acc = type(n[0])(0.0)
+    dacc = type(n[0])(0.0)
+    for c in range(3):
+        if c < d:
+            q_c, dq_c = laplacianDifferenceJVP_ij(i, j, base + c, F, q, r, corr, ks, t)
+            acc += q_c * n[c]
+            dacc += dq_c * n[c] + q_c * dn[c]
+    return acc, dacc
+
+
+@wp.func
+def laplacianJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                         dom: Any, corr: Any, ks: Any, t: Any):
+    """Tangent of component k of `laplacianPairTerm` (tangent pack `t`); 0 for a reference
+    masked by the mode, a pair dropped by positiveDivergence, or r = 0 (non-Naive)."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        d = dom.dim
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        h_i = q.supports[i]
+        h_j = r.supports[j]
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        q_k, dq_k = laplacianDifferenceJVP_ij(i, j, k, F, q, r, corr, ks, t)
+        keep = True
+        if ks.positiveDivergenceMode:
+            keep = _blockDot(i, j, 0, F, x_ij, d, q, r, corr, ks, t.values) >= type(res)(0.0)
+        if keep:
+            scheme = ks.laplacianMode
+            if scheme == 1:
+                lapW = sphKernelLaplacian_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction,
+                                             d)
+                dLapW = sphKernelLaplacianJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                                                 ks.kernelFunction, d)
+                res = dq_k * lapW + q_k * dLapW
+            else:
+                r_ij = wp.length(x_ij)
+                # r > 0 guard of the primal: the term and its tangent are 0 at r = 0 (W12)
+                if r_ij > type(r_ij)(0.0):
+                    h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
+                    dh_ij = computePairwiseSupportJVP(h_i, h_j, dh_i, dh_j, ks.supportMode)
+                    G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx,
+                                                    dh_i, dh_j)
+                    dr = wp.dot(x_ij, dx) / r_ij
+                    D = r_ij + type(r_ij)(_REG_N) * h_ij
+                    dD = dr + type(r_ij)(_REG_N) * dh_ij
+                    n_ij = x_ij / D
+                    dn = dx / D - x_ij * (dD / (D * D))
+                    Gn = wp.dot(G, n_ij)
+                    dGn = wp.dot(dG, n_ij) + wp.dot(G, dn)
+                    if scheme == 3:
+                        b = k / d
+                        base = b * d
+                        kb = k - base
+                        qn, dqn = _blockDotJVP(i, j, base, F, n_ij, dn, d, q, r, corr, ks, t)
+                        phi = Gn / D
+                        dphi = dGn / D - Gn * dD / (D * D)
+                        c2 = type(r_ij)(d + 2)
+                        s = q_k - c2 * qn * n_ij[kb]
+                        ds = dq_k - c2 * (dqn * n_ij[kb] + qn * dn[kb])
+                        res = dphi * s + phi * ds
+                    else:
+                        E = D
+                        dE = dD
+                        if scheme == 4:
+                            E = r_ij + type(r_ij)(_REG_DEFAULT) * h_ij
+                            dE = dr + type(r_ij)(_REG_DEFAULT) * dh_ij
+                        res = type(r_ij)(-2.0) * ((dq_k * Gn + q_k * dGn) / E
+                                                  - q_k * Gn * dE / (E * E))
+    return res
+
+
+laplacianJVPCsrSum, laplacianJVPGridSum = makeNeighborSum(laplacianJVPPairTerm, "laplacianJVP",
+                                                          replayZero=True, tangent=True)
+
+
+@wp.kernel
+def laplacianJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                       useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                       correctionData: Any, kernelProperties: Any, tangents: Any,
+                       fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """d out[i F + k] = N sum_j d term_ij[k]; 0 for a masked query (layout of
+    `laplacianKernel`)."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = laplacianJVPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
+                                     referenceState, domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = laplacianJVPGridSum(gridState, cell, i, k, fieldWidth, queryState,
+                                      referenceState, domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    out[tid] = val
+
+
+declareStateOverloads(laplacianJVPKernel, {"out": "scalar"}, tangent=True)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -188,5 +357,5 @@ LAPLACIAN_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
-    jvp=JVPSpec(),
+    jvp=JVPSpec(geometryKernel=laplacianJVPKernel),
 )

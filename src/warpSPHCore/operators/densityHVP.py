@@ -1,0 +1,202 @@
+"""Density position Hessian-vector product (`autodiff.md` §10): `warpOperationHVP`.
+
+For each query i, block row i of the position Hessian of rho_i = N sum_j m_j W_ij applied to
+the tangent (v on the query positions, u on the reference positions, default 0):
+
+    HVP_i = N sum_j m_j H_ij (v_i - u_j)      [N_q, d]
+
+i.e. the x_i-derivative of ``sum_j m_j grad W_ij . (v_i - u_j)``. ``H_ij`` is the exact
+Hessian of the Density pair term under the call's support scheme: at h_ij for Gather,
+Scatter, MeanSymmetric and PartialSymmetric, the average 1/2 [H(x, h_i) + H(x, h_j)] for
+KernelMeanSymmetric and SuperSymmetric -- exactly `kernels.support.sphKernelGradientJVP_ij`
+with zero support tangents. Supports and masses are frozen; kinds, operationMode and the
+lattice calibration are those of the forward (the launch state comes from the same
+`extractStateInfo`).
+
+Self pairs: when the reference set is the query set (``referenceParticles`` None, or its
+positions tensor is the query positions tensor object) the pair ``j == i`` is dropped by
+index. The self term W(x_i - x_i) is constant in the one shared variable x_i, so its true
+second derivative is H(0) - 2 H(0) + H(0) = 0: dropping is exact. With a shared tangent
+(u = v) the dropped factor (v_i - v_i) is 0 anyway; with v != u (e.g. v = e_k, u = 0, the
+Jacobi diagonal block) dropping is required. With a distinct reference set nothing is
+dropped (equal indices do not identify a particle there).
+
+Implementation: one CSR Warp kernel (one thread per query, the row accumulated in order)
+launched through the bridge (`launchHVP` -> `jvpCommon.launchGeometryJVP`, the query
+tangent in the pack's ``qPositions``, the reference tangent in ``rPositions``), with the
+SCALAR extra ``dropSelf``. No per-edge buffer, no torch scatter, no host sync. The result is
+reverse-differentiable (w.r.t. positions, supports, masses and both tangents) through the
+bridge; dual tensors reaching it raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import warp as wp
+
+from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.jvpCommon import GeometryTangents, launchGeometryJVP
+from ..dataTypes.adjacency import AdjacencyList
+from ..enumTypes import WarpOperation
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernelGradientJVP_ij
+from ..util.conversion import isFunctorchWrapped
+from ..util.precision import warpScalar
+from ._tangents import pairTangent_ij
+from ._traversal import makeNeighborSum, pairVector
+
+__all__ = ["densityHVPPairTerm", "densityHVPKernel", "launchHVP", "warpOperationHVP"]
+
+_WHERE = "warpOperationHVP"
+
+
+@wp.func
+def densityHVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       dom: Any, corr: Any, ks: Any, t: Any):
+    """m_j H_ij (v_i - u_j) (a d-vector) for a mode-admitted reference j; 0 for the self pair
+    j == i when ``F`` (dropSelf) is non-zero."""
+    res = q.positions.dtype()
+    if F == 0 or j != i:
+        if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+            x_ij = pairVector(q.positions[i], r.positions[j], dom)
+            h_i = q.supports[i]
+            h_j = r.supports[j]
+            dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+            zero = type(h_i)(0.0)
+            res = r.masses[j] * sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, zero, zero,
+                                                        ks.supportMode, ks.kernelFunction,
+                                                        dom.dim)
+    return res
+
+
+densityHVPCsrSum, _densityHVPGridSum = makeNeighborSum(
+    densityHVPPairTerm, "densityHVP", vector=True, replayZero=True, tangent=True)
+
+
+@wp.kernel
+def densityHVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                     useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                     correctionData: Any, kernelProperties: Any, tangents: Any,
+                     dropSelf: wp.int32, out: wp.array(dtype=Any)):
+    """out[i d + a] = N sum_j m_j (H_ij (v_i - u_j))[a] over the CSR row of i (explicit
+    adjacency only; `useAdjacency` and `gridState` are part of the ABI and unused); 0 for a
+    masked query."""
+    i = wp.tid()
+    ks = kernelProperties
+    val = queryState.positions.dtype()
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = densityHVPCsrSum(adjacencyState, i, 0, dropSelf, queryState, referenceState,
+                               domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    base = i * domainState.dim
+    for a in range(domainState.dim):
+        out[base + a] = val[a]
+
+
+declareStateOverloads(densityHVPKernel, {"out": "scalar"}, tangent=True)
+
+
+def launchHVP(ctx, tangentQueryPositions, tangentReferencePositions=None,
+              dropSelf: bool = False) -> torch.Tensor:
+    """Launch `densityHVPKernel` for the prepared Density call `ctx` (`SPHContext`, explicit
+    `AdjacencyList`) through the bridge.
+
+    Args:
+        ctx: the primal call's context (slots 0-35 come from its `extractStateInfo`).
+        tangentQueryPositions: v ``[N_q, d]``.
+        tangentReferencePositions: u ``[N_r, d]`` or None (zero, not read).
+        dropSelf: skip the pairs j == i (only when the reference set is the query set).
+
+    Returns:
+        ``[N_q, d]``, reverse-differentiable.
+    """
+    pos = ctx.query.positions
+    nQ, d = int(pos.shape[0]), int(pos.shape[1])
+    tangents = GeometryTangents(qPositions=tangentQueryPositions,
+                                rPositions=tangentReferencePositions)
+    flat = launchGeometryJVP(densityHVPKernel, ctx, tangents, (nQ * d,), warpScalar(pos.dtype),
+                             scalarExtras=(1 if dropSelf else 0,), numThreads=nQ)
+    return flat.reshape(nQ, d)
+
+
+def _checkTangent(name: str, t, n: int, d: int, like: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if isFunctorchWrapped(t):
+        raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; torch.func "
+                                  "transforms cannot see Warp kernels (use "
+                                  "torch.autograd.forward_ad or warpSPHCore.autograd.hvp)")
+    if tuple(t.shape) != (n, d):
+        raise ValueError(f"{_WHERE}: {name} has shape {tuple(t.shape)}; accepted: [{n}, {d}] "
+                         "(the shape of its positions)")
+    if t.dtype != like.dtype:
+        raise TypeError(f"{_WHERE}: {name} has dtype {t.dtype}; accepted: {like.dtype} (the "
+                        "positions' dtype)")
+    if t.device != like.device:
+        raise ValueError(f"{_WHERE}: {name} is on {t.device}; accepted: {like.device}")
+
+
+def warpOperationHVP(queryParticles, operationProperties, domain, tangentQueryPositions,
+                     adjacency=None, referenceParticles=None, tangentReferencePositions=None):
+    """Density position Hessian-vector product (`autodiff.md` §10).
+
+    ``HVP_i = N sum_j m_j H_ij (v_i - u_j)``: for each query i, block row i of the position
+    Hessian of rho_i applied to the tangent (module docstring), with the pair j == i dropped
+    exactly when the reference set is the query set.
+
+    Args:
+        queryParticles: `ParticleState` of the queries.
+        operationProperties: `OperationProperties` with ``operation=WarpOperation.Density``
+            (kernel, supportMode, operationMode and calibration as the forward).
+        domain: `DomainDescription`.
+        tangentQueryPositions: v ``[N_q, d]`` (same dtype and device as the positions).
+        adjacency: an explicit `AdjacencyList` (required: this is the explicit CSR HVP).
+        referenceParticles: `ParticleState` of the references, or None (the query set).
+        tangentReferencePositions: u ``[N_r, d]`` or None (zero).
+
+    Returns:
+        ``[N_q, d]`` tensor; zeros for empty sets. Differentiable in reverse mode.
+
+    Raises:
+        NotImplementedError: an operation other than Density; torch.func wrapped tangents.
+        ValueError: adjacency not an `AdjacencyList` (a `CompactHashMap` or None); tangent
+            shape or device mismatches; invalid primal inputs.
+        TypeError: non-tensor tangents or a dtype mismatch.
+    """
+    from ..operations import _prepareCall
+
+    op = WarpOperation(operationProperties.operation)
+    if op != WarpOperation.Density:
+        raise NotImplementedError(f"{_WHERE}: only WarpOperation.Density has a position HVP "
+                                  f"(got {op.name}); use warpSPHCore.autograd.hvp (reverse over "
+                                  "forward) for other operators")
+    if not isinstance(adjacency, AdjacencyList):
+        got = "None" if adjacency is None else type(adjacency).__name__
+        raise ValueError(f"{_WHERE}: adjacency is {got}; accepted: an explicit AdjacencyList "
+                         "(the Density HVP is the explicit CSR position HVP; build one with "
+                         "radiusSearch / radiusSearchCompactHashMap)")
+    pos = getattr(queryParticles, "positions", None)
+    if not isinstance(pos, torch.Tensor) or pos.dim() != 2:
+        raise TypeError(f"{_WHERE}: queryParticles must be a ParticleState with positions "
+                        "[N_q, d]")
+    selfRef = referenceParticles is None or getattr(referenceParticles, "positions",
+                                                    None) is pos
+    ref = queryParticles if referenceParticles is None else referenceParticles
+    rPos = getattr(ref, "positions", None)
+    if not isinstance(rPos, torch.Tensor) or rPos.dim() != 2:
+        raise TypeError(f"{_WHERE}: referenceParticles must be a ParticleState with positions "
+                        "[N_r, d]")
+    d = int(domain.dim)
+    nQ, nR = int(pos.shape[0]), int(rPos.shape[0])
+    _checkTangent("tangentQueryPositions", tangentQueryPositions, nQ, d, pos)
+    if tangentReferencePositions is not None:
+        _checkTangent("tangentReferencePositions", tangentReferencePositions, nR, d, pos)
+
+    _, ctx, _, _ = _prepareCall(queryParticles, operationProperties, domain,
+                                adjacency=adjacency, referenceParticles=referenceParticles)
+    # empty sets: the bridge skips the zero-thread launch (or sums empty rows) and returns
+    # zeros [N_q, d] that still take part in autograd (autodiff.md §13)
+    return launchHVP(ctx, tangentQueryPositions, tangentReferencePositions, dropSelf=selfRef)
