@@ -32,12 +32,15 @@ from warpSPHCore.kernels import (
     sphKernelGradient_ij,
     sphKernelGradientJVP,
     sphKernelGradientJVP_ij,
+    sphKernelGradientJVPPositions_ij,
     sphKernelHessian,
     sphKernelHessian_ij,
     sphKernelHessianDkDh,
+    sphKernelHessianDot,
     sphKernelHessianJVP,
     sphKernelJVP,
     sphKernelJVP_ij,
+    sphKernelJVPPositions_ij,
     sphKernelLaplacian,
     sphKernelLaplacian_ij,
     sphKernelLaplacianDkDh,
@@ -61,11 +64,12 @@ wp.set_module_options({"enable_backward": False, "optimization_level": 0})
 # scalar output slots
 S_NAMES = (
     "W dWdh lap lapDh jvpW lapJVP k k1 k2 k3 C_d W_ij jvpW_ij dWdh_ij lap_ij lapDh_ij "
-    "lapJVP_ij h_ij dh_ij eps"
+    "lapJVP_ij h_ij dh_ij eps jvpWPos_ij"
 ).split()
 # vector output slots
 V_NAMES = (
-    "gradW dGraddh d2Graddh2 lapGrad gradJVP TG gradW_ij gradJVP_ij dGraddh_ij lapGrad_ij"
+    "gradW dGraddh d2Graddh2 lapGrad gradJVP TG gradW_ij gradJVP_ij dGraddh_ij lapGrad_ij "
+    "Hu gradJVPPos_ij"
 ).split()
 # matrix output slots
 M_NAMES = "H dHdh Tu HJVP H_ij".split()
@@ -123,6 +127,7 @@ def evalAll(
     outS[i, 17] = computePairwiseSupport(hi, hj[i], m)
     outS[i, 18] = computePairwiseSupportJVP(hi, hj[i], dh[i], dhj[i], m)
     outS[i, 19] = sphKernelEps(hi)
+    outS[i, 20] = sphKernelJVPPositions_ij(xi, hi, hj[i], dx[i], m, k, d)
 
     outV[i, 0] = sphKernelGradient(xi, hi, k, d)
     outV[i, 1] = sphGradientDkDh(xi, hi, k, d)
@@ -134,6 +139,8 @@ def evalAll(
     outV[i, 7] = sphKernelGradientJVP_ij(xi, hi, hj[i], dx[i], dh[i], dhj[i], m, k, d)
     outV[i, 8] = sphGradientDkDh_ij(xi, hi, hj[i], m, k, d)
     outV[i, 9] = sphKernelLaplacianGradient_ij(xi, hi, hj[i], m, k, d)
+    outV[i, 10] = sphKernelHessianDot(xi, hi, u[i], k, d)
+    outV[i, 11] = sphKernelGradientJVPPositions_ij(xi, hi, hj[i], dx[i], m, k, d)
 
     outM[i, 0] = sphKernelHessian(xi, hi, k, d)
     outM[i, 1] = sphKernelHessianDkDh(xi, hi, k, d)

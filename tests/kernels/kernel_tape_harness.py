@@ -27,10 +27,12 @@ from warpSPHCore.kernels import (
     sphKernelGradient_ij,
     sphKernelGradientJVP,
     sphKernelGradientJVP_ij,
+    sphKernelGradientJVPPositions_ij,
     sphKernelHessian,
     sphKernelHessian_ij,
     sphKernelJVP,
     sphKernelJVP_ij,
+    sphKernelJVPPositions_ij,
     sphKernelLaplacian,
     sphKernelLaplacian_ij,
     sphKernelLaplacianGradient,
@@ -42,8 +44,9 @@ from warpSPHCore.util.warpContext import warpDevice
 # -O0: compiled cold by every fresh checkout (testing.md §17).
 wp.set_module_options({"enable_backward": True, "optimization_level": 0})
 
-S_TERMS = "W dWdh lap jvpW lapJVP W_ij jvpW_ij lap_ij lapJVP_ij dWdh_ij".split()
-V_TERMS = "gradW dGraddh gradJVP lapGrad gradW_ij gradJVP_ij dGraddh_ij".split()
+S_TERMS = "W dWdh lap jvpW lapJVP W_ij jvpW_ij lap_ij lapJVP_ij dWdh_ij jvpWPos_ij".split()
+V_TERMS = ("gradW dGraddh gradJVP lapGrad gradW_ij gradJVP_ij dGraddh_ij gradJVPPos_ij"
+           .split())
 M_TERMS = "H H_ij".split()
 
 
@@ -83,6 +86,7 @@ def lossKernel(
     L += wS[i, 7] * sphKernelLaplacian_ij(xi, hi, hji, m, k, d)
     L += wS[i, 8] * sphKernelLaplacianJVP_ij(xi, hi, hji, dxi, dhi, dhji, m, k, d)
     L += wS[i, 9] * sphKernelDkDh_ij(xi, hi, hji, m, k, d)
+    L += wS[i, 10] * sphKernelJVPPositions_ij(xi, hi, hji, dxi, m, k, d)
 
     L += wp.dot(wV[i, 0], sphKernelGradient(xi, hi, k, d))
     L += wp.dot(wV[i, 1], sphGradientDkDh(xi, hi, k, d))
@@ -91,6 +95,7 @@ def lossKernel(
     L += wp.dot(wV[i, 4], sphKernelGradient_ij(xi, hi, hji, m, k, d))
     L += wp.dot(wV[i, 5], sphKernelGradientJVP_ij(xi, hi, hji, dxi, dhi, dhji, m, k, d))
     L += wp.dot(wV[i, 6], sphGradientDkDh_ij(xi, hi, hji, m, k, d))
+    L += wp.dot(wV[i, 7], sphKernelGradientJVPPositions_ij(xi, hi, hji, dxi, m, k, d))
 
     L += wp.ddot(wM[i, 0], sphKernelHessian(xi, hi, k, d))
     L += wp.ddot(wM[i, 1], sphKernelHessian_ij(xi, hi, hji, m, k, d))

@@ -219,3 +219,37 @@ def test_float32_adjoints_agree_with_float64(device, dim):
             a, b = g32[key].astype(np.float64), g64[key]
             scale = max(np.max(np.abs(b)), 1e-300)
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * scale, err_msg=f"{term} {key}")
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_position_only_tangents(device, dtype, dim):
+    """The position-only tangents the JVP kernels use without support tangents:
+    `sphKernelHessianDot` (H u without forming H) equals the Hessian applied to u, and
+    `sphKernelGradientJVPPositions_ij` / `sphKernelJVPPositions_ij` equal the full tangents with
+    dh_i = dh_j = 0, in value and in every tape adjoint (x, h_i, h_j, dx), at generic
+    separations and at r = 0 and r << eps h (the q < eps branch of the Hessian)."""
+    rng = np.random.default_rng(70 + dim)
+    npT = _npT(dtype)
+    rows = _generic_rows(rng, dim, per_mode=1)
+    n = len(rows["h"])
+    rows["x"][: n // 3] = 0.0
+    rows["x"][n // 3: n // 2] *= 1e-18
+    rows = {k: (v.astype(npT) if v.dtype.kind == "f" else v) for k, v in rows.items()}
+    zero = np.zeros(n, npT)
+    rows["dh"], rows["dhj"] = zero, zero
+    u = rng.normal(size=(n, dim)).astype(npT)
+    o = evaluate(device, dtype, dim, u=u, **rows)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == F64 else dict(rtol=2e-5, atol=1e-5)
+    for got, want in ((o["Hu"], np.einsum("nab,nb->na", o["H"], u)),
+                      (o["gradJVPPos_ij"], o["gradJVP_ij"]), (o["jvpWPos_ij"], o["jvpW_ij"])):
+        scale = max(1.0, float(np.max(np.abs(want))))
+        np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"] * scale)
+    w = rng.normal(size=(n, dim)).astype(npT)
+    for pos, full, weight in (("gradJVPPos_ij", "gradJVP_ij", w),
+                              ("jvpWPos_ij", "jvpW_ij", np.ones(n, npT))):
+        a = adjoints(device, dtype, dim, pos, weight, **rows)
+        b = adjoints(device, dtype, dim, full, weight, **rows)
+        for key in ("x", "h", "hj", "dx"):
+            scale = max(1.0, float(np.max(np.abs(b[key]))))
+            np.testing.assert_allclose(a[key], b[key], rtol=tol["rtol"],
+                                       atol=tol["atol"] * scale, err_msg=f"{pos} {key}")

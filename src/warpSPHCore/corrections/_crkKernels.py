@@ -39,7 +39,7 @@ with `launchGeometryJVP` (reverse-differentiable through the bridge: reverse ove
   reference-volume tangent): one thread per (query, component) for the ``K - 1`` moment
   components (no count), ``sum_j dV_j c_k(x, W, grad W) + V_j dc_k`` with
   ``dc_k = crkMomentComponentJVP_ij`` the exact tangent of `crkMomentComponent_ij` for
-  ``(dx_ij, dW_ij, d grad W_ij)`` (`sphKernelJVP_ij`, `sphKernelGradientJVP_ij`: Hessian and
+  ``(dx_ij, dW_ij, d grad W_ij)`` (`_tangents.kernelJVP_ij`, `kernelGradientJVP_ij`: Hessian and
   d grad W / dh under the Scatter rule). Layout per query ``[m0 | m1 | m2 | dm0 | dm1 |
   dm2]`` as the primal outputs; a masked query gets zeros.
 
@@ -59,12 +59,15 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
     sphKernel_ij,
     sphKernelGradient_ij,
-    sphKernelGradientJVP_ij,
-    sphKernelJVP_ij,
 )
 from ..neighborhood.traversal import gridQueryCell
 from ..operators._coefficients import apparentVolume_j
-from ..operators._tangents import apparentVolumeJVP_j, pairTangent_ij
+from ..operators._tangents import (
+    apparentVolumeJVP_j,
+    kernelGradientJVP_ij,
+    kernelJVP_ij,
+    pairTangent_ij,
+)
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..operators.corrected import correctedKernel_ij
 from ..util.precision import warpScalar
@@ -336,8 +339,7 @@ def crkVolumeJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: 
         h_i = q.supports[i]
         h_j = r.supports[j]
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        res = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
-                              ks.kernelFunction, dom.dim)
+        res = kernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
     return res
 
 
@@ -425,10 +427,8 @@ def crkMomentJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: 
         W_ij = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
         gradW_ij = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction,
                                         dom.dim)
-        dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
-                             ks.kernelFunction, dom.dim)
-        dG = sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
-                                     ks.kernelFunction, dom.dim)
+        dW = kernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
+        dG = kernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
         V_j = apparentVolume_j(r, corr, j)
         dV_j = apparentVolumeJVP_j(r, corr, t, j)
         res = (dV_j * crkMomentComponent_ij(k, dom.dim, x_ij, W_ij, gradW_ij)

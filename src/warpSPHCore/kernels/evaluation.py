@@ -20,6 +20,7 @@ With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h
                                 (custom adjoint)
 `sphGradientD2kDh2`             d^2(grad W)/dh^2
 `sphKernelHessian`              H = k2 A + k1 B (regularised, §5.3)
+`sphKernelHessianDot`           H u without forming H (the position tangent of grad W)
 `sphKernelHessianDkDh`          dH/dh (with the derivative of the eps h regularisers)
 `sphKernelThirdDerivative`      T . u (matrix, sum over the last index of T_abc)
 `sphKernelThirdDerivativeContract`  T : G (vector, sum over the last two indices)
@@ -71,6 +72,7 @@ __all__ = [
     "sphGradientDkDh",
     "sphGradientD2kDh2",
     "sphKernelHessian",
+    "sphKernelHessianDot",
     "sphKernelHessianDkDh",
     "sphKernelThirdDerivative",
     "sphKernelThirdDerivativeContract",
@@ -232,6 +234,28 @@ def sphKernelHessian(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
             A = A - wp.diag(wp.get_diag(A)) + eye
         B = eye / (r + eps * eh) - xx / (r * r * r + eh * eh * eh)
         res = kk[2] * A + kk[1] * B
+    return res
+
+
+@wp.func(inline=False)
+def sphKernelHessianDot(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
+    """H u for a vector u without forming H: k2 (A u) + k1 (B u), with A and B (and the
+    q < eps diagonal rule) exactly as in `sphKernelHessian`. The position tangent of grad W
+    (``d grad W = H dx`` when no support moves): one shape evaluation, no d x d matrix."""
+    r = wp.length(x)
+    q = r / h
+    res = type(x)()
+    if q <= type(h)(1.0):
+        eps = sphKernelEps(h)
+        eh = eps * h
+        kk = _radial(x, h, kernel, d)
+        xu = wp.dot(x, u)
+        den = r * r + eh * eh
+        Au = x * (xu / den)
+        if q < eps:
+            Au = Au - wp.cw_mul(wp.cw_mul(x, x), u) / den + u
+        Bu = u / (r + eps * eh) - x * (xu / (r * r * r + eh * eh * eh))
+        res = kk[2] * Au + kk[1] * Bu
     return res
 
 

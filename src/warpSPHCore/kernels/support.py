@@ -41,6 +41,7 @@ from .evaluation import (
     sphKernelGradient,
     sphKernelGradientJVP,
     sphKernelHessian,
+    sphKernelHessianDot,
     sphKernelJVP,
     sphKernelLaplacian,
     sphKernelLaplacianDkDh,
@@ -55,6 +56,8 @@ __all__ = [
     "sphKernelGradient_ij",
     "sphKernelJVP_ij",
     "sphKernelGradientJVP_ij",
+    "sphKernelJVPPositions_ij",
+    "sphKernelGradientJVPPositions_ij",
     "sphKernelDkDh_ij",
     "sphGradientDkDh_ij",
     "sphKernelHessian_ij",
@@ -199,6 +202,27 @@ def sphKernelGradientJVP_ij(
     )
     if avg:
         res = (res + sphKernelGradientJVP(x_ij, h_j, dx_ij, dh_j, kernel, d)) * type(h_i)(0.5)
+    return res
+
+
+@wp.func
+def sphKernelJVPPositions_ij(x_ij: Any, h_i: Any, h_j: Any, dx_ij: Any, supportMode: Any,
+                             kernel: wp.int32, d: wp.int32):
+    """`sphKernelJVP_ij` for supports without tangent: grad W_ij . dx_ij (no dW/dh
+    evaluation; the JVP kernels select it when no support tangent is present)."""
+    return wp.dot(sphKernelGradient_ij(x_ij, h_i, h_j, supportMode, kernel, d), dx_ij)
+
+
+@wp.func
+def sphKernelGradientJVPPositions_ij(x_ij: Any, h_i: Any, h_j: Any, dx_ij: Any,
+                                     supportMode: Any, kernel: wp.int32, d: wp.int32):
+    """`sphKernelGradientJVP_ij` for supports without tangent: H_ij dx_ij under the same
+    support rule (`evaluation.sphKernelHessianDot`; no d(grad W)/dh evaluation)."""
+    avg = _averaged(supportMode)
+    res = sphKernelHessianDot(x_ij, _firstSupport(h_i, h_j, supportMode, avg), dx_ij, kernel,
+                              d)
+    if avg:
+        res = (res + sphKernelHessianDot(x_ij, h_j, dx_ij, kernel, d)) * type(h_i)(0.5)
     return res
 
 

@@ -29,13 +29,16 @@ from ..kernels.support import (
     sphKernel_ij,
     sphKernelGradient_ij,
     sphKernelGradientJVP_ij,
+    sphKernelGradientJVPPositions_ij,
     sphKernelJVP_ij,
+    sphKernelJVPPositions_ij,
 )
 from ._coefficients import fieldCoefficient_ij, fieldValues_ij
 from .corrected import crkGradient
 
-__all__ = ["pairTangent_ij", "apparentVolumeJVP_j", "correctedKernelJVP_ij",
-           "correctedGradientJVP_ij", "fieldCoefficientJVP_ij"]
+__all__ = ["pairTangent_ij", "supportTangentPresent", "coefficientTangentPresent",
+           "kernelJVP_ij", "kernelGradientJVP_ij", "apparentVolumeJVP_j",
+           "correctedKernelJVP_ij", "correctedGradientJVP_ij", "fieldCoefficientJVP_ij"]
 
 
 @wp.func
@@ -53,6 +56,51 @@ def pairTangent_ij(t: Any, i: wp.int32, j: wp.int32, x_ij: Any, h_i: Any):
     if t.hasRSupports:
         dh_j = t.rSupports[j]
     return dx, dh_i, dh_j
+
+
+@wp.func
+def supportTangentPresent(t: Any):
+    """True when either support carries a tangent (launch-constant flags). Without one the
+    kernel tangents skip every d/dh evaluation (`sphKernel*JVPPositions_ij`)."""
+    return t.hasQSupports or t.hasRSupports
+
+
+@wp.func
+def coefficientTangentPresent(t: Any):
+    """True when a field coefficient c_ij can have a tangent: a value tangent, or a mass,
+    density or reference-volume tangent. Otherwise dc_ij is identically 0 (not only its
+    value: every input it reads is absent), so ``dc G`` and its adjoints vanish and G need not
+    be evaluated."""
+    return (t.hasValueTangent or t.hasRMasses or t.hasQDensities or t.hasRDensities
+            or t.hasRVolumes)
+
+
+@wp.func
+def kernelJVP_ij(x_ij: Any, h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any, ks: Any,
+                 dom: Any, t: Any):
+    """dW_ij for the pair tangents; the position-only form without support tangents."""
+    res = type(h_i)(0.0)
+    if supportTangentPresent(t):
+        res = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                              ks.kernelFunction, dom.dim)
+    else:
+        res = sphKernelJVPPositions_ij(x_ij, h_i, h_j, dx, ks.supportMode, ks.kernelFunction,
+                                       dom.dim)
+    return res
+
+
+@wp.func
+def kernelGradientJVP_ij(x_ij: Any, h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any,
+                         ks: Any, dom: Any, t: Any):
+    """d grad W_ij for the pair tangents; H_ij dx without support tangents."""
+    res = type(x_ij)()
+    if supportTangentPresent(t):
+        res = sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
+                                      ks.kernelFunction, dom.dim)
+    else:
+        res = sphKernelGradientJVPPositions_ij(x_ij, h_i, h_j, dx, ks.supportMode,
+                                               ks.kernelFunction, dom.dim)
+    return res
 
 
 @wp.func
@@ -77,8 +125,7 @@ def correctedKernelJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x_i
     """(W^R_ij, dW^R_ij); CRK terms read behind the call's flag, their tangent behind the
     pack's."""
     W = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
-    dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode, ks.kernelFunction,
-                         dom.dim)
+    dW = kernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
     WR = W
     dWR = dW
     if corr.useCRK:
@@ -94,18 +141,21 @@ def correctedKernelJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x_i
 
 @wp.func
 def correctedGradientJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x_ij: Any,
-                            h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any):
+                            h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j: Any,
+                            needG: wp.bool):
     """(G_ij, dG_ij) of `corrected.correctedGradient_ij` for the pair tangents (dx, dh_i,
-    dh_j) and the pack's CRK / renormalization tangents."""
-    G0 = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
-    dG0 = sphKernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
-                                  ks.kernelFunction, dom.dim)
+    dh_j) and the pack's CRK / renormalization tangents. `needG` False: the caller only
+    multiplies G by an identically-zero tangent (`coefficientTangentPresent`), so G is not
+    evaluated unless dG itself needs it (CRK, a renormalization tangent) and 0 is returned."""
+    G0 = type(x_ij)()
+    if needG or corr.useCRK or (corr.useGradientRenormalization and t.hasRenormalization):
+        G0 = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
+    dG0 = kernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
     G = G0
     dG = dG0
     if corr.useCRK:
         W = sphKernel_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, dom.dim)
-        dW = sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode, ks.kernelFunction,
-                             dom.dim)
+        dW = kernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
         A = corr.queryA[i]
         B = corr.queryB[i]
         gA = corr.queryGradA[i]
@@ -147,7 +197,7 @@ def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
     dc = type(c)(0.0)
     if t.hasValueTangent:
         dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, False, divideQuery)
-    if t.hasGeometry:
+    if t.hasRMasses or t.hasQDensities or t.hasRDensities or t.hasRVolumes:
         f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
         scheme = ks.gradientMode
         if scheme == 2:

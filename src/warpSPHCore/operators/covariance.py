@@ -117,7 +117,8 @@ def covarianceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q:
         a = k / dom.dim
         b = k - a * dom.dim
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j,
+                                        True)
         V = apparentVolume_j(r, corr, j)
         dV = apparentVolumeJVP_j(r, corr, t, j)
         res = -(dV * x_ij[a] * G[b] + V * dx[a] * G[b] + V * x_ij[a] * dG[b])

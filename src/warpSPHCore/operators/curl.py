@@ -43,7 +43,12 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
-from ._tangents import correctedGradientJVP_ij, fieldCoefficientJVP_ij, pairTangent_ij
+from ._tangents import (
+    coefficientTangentPresent,
+    correctedGradientJVP_ij,
+    fieldCoefficientJVP_ij,
+    pairTangent_ij,
+)
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
@@ -135,7 +140,8 @@ def curlJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, 
         h_i = q.supports[i]
         h_j = r.supports[j]
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j,
+                                        coefficientTangentPresent(t))
         c2, dc2 = fieldCoefficientJVP_ij(i, j, a2 * P + s, F, q, r, corr, ks, t, True)
         c1, dc1 = fieldCoefficientJVP_ij(i, j, a1 * P + s, F, q, r, corr, ks, t, True)
         b1 = wp.min(a1, d - 1)

@@ -25,10 +25,10 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import sphKernel_ij, sphKernelJVP_ij
+from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._tangents import pairTangent_ij
+from ._tangents import kernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
 __all__ = ["densityPairTerm", "densityKernel", "DENSITY_SPEC", "densityJVPPairTerm",
@@ -87,8 +87,7 @@ def densityJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
         h_i = q.supports[i]
         h_j = r.supports[j]
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        res = r.masses[j] * sphKernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks.supportMode,
-                                            ks.kernelFunction, dom.dim)
+        res = r.masses[j] * kernelJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
         if t.hasRMasses:
             res += t.rMasses[j] * sphKernel_ij(x_ij, h_i, h_j, ks.supportMode,
                                                ks.kernelFunction, dom.dim)

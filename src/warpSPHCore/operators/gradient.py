@@ -50,7 +50,12 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij
-from ._tangents import correctedGradientJVP_ij, fieldCoefficientJVP_ij, pairTangent_ij
+from ._tangents import (
+    coefficientTangentPresent,
+    correctedGradientJVP_ij,
+    fieldCoefficientJVP_ij,
+    pairTangent_ij,
+)
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
@@ -118,7 +123,8 @@ def gradientJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
         h_i = q.supports[i]
         h_j = r.supports[j]
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)
+        G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j,
+                                        coefficientTangentPresent(t))
         c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
         res = dc * G + c * dG
     return res

@@ -282,7 +282,7 @@ def laplacianJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: 
                     h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
                     dh_ij = computePairwiseSupportJVP(h_i, h_j, dh_i, dh_j, ks.supportMode)
                     G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx,
-                                                    dh_i, dh_j)
+                                                    dh_i, dh_j, True)
                     dr = wp.dot(x_ij, dx) / r_ij
                     D = r_ij + type(r_ij)(_REG_N) * h_ij
                     dD = dr + type(r_ij)(_REG_N) * dh_ij
