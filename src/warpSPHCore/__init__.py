@@ -7,7 +7,13 @@ kernels in `warpSPHCore.neighborhood`.
 
 __version__ = "0.1.0.dev0"
 
-from .corrections import computeCRKFactors, computeOmega, computeRenormalizationMatrices
+from .corrections import (
+    computeCRKFactors,
+    computeCRKFactorsJVP,
+    computeOmega,
+    computeRenormalizationMatrices,
+    computeRenormalizationMatricesJVP,
+)
 from .dataTypes import (
     AdjacencyList,
     CompactHashMap,
@@ -68,7 +74,7 @@ from .neighborhood import (
     radiusNaiveFixed,
     radiusSearchCompactHashMap,
 )
-from .operations import sphOperation_warp, warpOperation, warpOperationJVP
+from .operations import sphOperation_warp, warpOperation, warpOperationHVP, warpOperationJVP
 from .sampling import generateNeighborTestData, sampleDensestLattice
 
 __all__ = [
@@ -76,9 +82,12 @@ __all__ = [
     # entry points
     "warpOperation",
     "warpOperationJVP",
+    "warpOperationHVP",
     "sphOperation_warp",
     # correction builders
     "computeCRKFactors",
+    "computeCRKFactorsJVP",
+    "computeRenormalizationMatricesJVP",
     "computeRenormalizationMatrices",
     "computeOmega",
     # enums

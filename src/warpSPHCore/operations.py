@@ -30,7 +30,7 @@ from .operators import operatorEntry
 from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
-__all__ = ["warpOperation", "warpOperationJVP", "sphOperation_warp"]
+__all__ = ["warpOperation", "warpOperationJVP", "warpOperationHVP", "sphOperation_warp"]
 
 _WHERE = "warpOperation"
 
@@ -537,3 +537,4 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
 
 
 from .operationsJVP import warpOperationJVP  # noqa: E402  (re-export; it imports _prepareCall)
+from .operators.densityHVP import warpOperationHVP  # noqa: E402  (re-export)

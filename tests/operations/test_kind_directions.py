@@ -10,6 +10,10 @@ mode (CRK factors -> Gradient, renormalization matrices -> Gradient, computeOmeg
 Divergence / Laplacian) against references built under the same mode (the CRK factors
 reference below follows §4.3 with its own NumPy algebra), the reverse-mode masking (a masked
 query row and a masked reference get exactly zero gradient) and the saved-kinds version check.
+Forward mode (`autodiff.md` §12): every operator's explicit JVP and dual-tensor route in every
+mode against J·v of the masked primal, reverse over forward (gradcheck of JVP outputs) under
+mixed modes, the Density HVP in every mode against torch's double backward of the masked
+reference, and the saved kinds of the JVP, dual and HVP launches.
 """
 
 from __future__ import annotations
@@ -512,3 +516,188 @@ def test_reverse_mode_masking_correction_builders(device, mode):
     for gk in torch.autograd.grad(masked, inputs, allow_unused=True):
         if gk is not None:
             assert torch.all(gk == 0)
+
+
+# --------------------------------------------------------------------------------------
+# forward mode under every interaction mode (autodiff.md §12): explicit JVPs, dual tensors,
+# reverse over forward, the Density HVP and the saved kinds of the JVP launches
+# --------------------------------------------------------------------------------------
+
+# operator -> (properties, corrections, field shape); every tangent channel of the scope
+# matrix is live at once (positions, supports, densities, reference masses, values and the
+# correction tangents)
+FWD_CASES = {
+    WarpOperation.Density: (dict(supportMode=SupportScheme.MeanSymmetric), "", None),
+    WarpOperation.Interpolate: (dict(supportMode=SupportScheme.KernelMeanSymmetric), "", (2,)),
+    WarpOperation.Gradient: (dict(gradientMode=GradientScheme.Symmetric), "crk+renorm", ()),
+    WarpOperation.Divergence: (dict(gradientMode=GradientScheme.Difference,
+                                    supportMode=SupportScheme.Scatter), "crk", (2,)),
+    WarpOperation.Curl: (dict(gradientMode=GradientScheme.Summation), "renorm", (2,)),
+    WarpOperation.Laplacian: (dict(laplacianMode=LaplacianScheme.Brookshaw,
+                                   gradientMode=GradientScheme.Naive), "crk+renorm", (2,)),
+    WarpOperation.Covariance: (dict(supportMode=SupportScheme.Gather), "volumes", None),
+}
+
+
+class _FwdCase:
+    """One mixed-kind aliased 2D call of `op` under `mode`, its primal as a function of the
+    named float64 inputs (the J·v oracle: reverse mode of the masked primal, itself checked
+    against the references above) and its explicit / dual JVPs."""
+
+    def __init__(self, op, mode, device, seed):
+        from sph_reference import marginCloud
+
+        kw, corr, shape = FWD_CASES[op]
+        self.op, self.corr, self.shape = op, corr, shape
+        self.dom = makeDomain(2, F64, device)
+        n = 12
+        self.q = marginCloud(n, 2, F64, device, seed=seed, domain=self.dom, kinds=_kinds(n),
+                             hMean=0.9)
+        self.adj = neighbourStructure("csr", self.q, self.dom)
+        self.pr = _props(op, mode, **kw)
+        vol, _, A, B, gA, gB, L = randomCorrectionTensors(n, n, 2, device, seed + 1)
+        g = torch.Generator().manual_seed(seed + 2)
+        P = dict(pos=self.q.positions, h=self.q.supports, m=self.q.masses)
+        if op != WarpOperation.Density:
+            P["rho"] = self.q.densities
+        if shape is not None:
+            P["f"] = torch.randn((n,) + shape, generator=g, dtype=F64).to(device)
+        if "volumes" in corr:
+            P["vol"] = vol
+        if "crk" in corr:
+            P.update(A=A, B=B, gA=gA, gB=gB)
+        if "renorm" in corr:
+            P["L"] = L
+        self.P, self.names = P, list(P)
+        scale = {"h": 0.05, "rho": 0.1}
+        self.T = {k: (scale.get(k, 1.0) * torch.randn(v.shape, generator=g, dtype=F64)).to(
+            device) for k, v in P.items()}
+
+    def _call(self, P):
+        kw = {}
+        if "f" in P:
+            kw["queryValues"] = P["f"]
+        if "vol" in P:
+            kw["referenceVolumes"] = P["vol"]
+        if "A" in P:
+            kw["crkState"] = CRKState(P["A"], P["B"], P["gA"], P["gB"])
+        if "L" in P:
+            kw["renormalizationState"] = P["L"]
+        q = ParticleState(P["pos"], P["h"], P["m"], self.q.kinds, P.get("rho"))
+        return q, kw
+
+    def fn(self, *xs):
+        q, kw = self._call(dict(zip(self.names, xs)))
+        out = warpOperation(q, self.pr, self.dom, adjacency=self.adj, **kw)
+        return out[0] if isinstance(out, tuple) else out
+
+    def jvp(self, P=None, T=None):
+        from warpSPHCore import CRKTangentState, ParticleTangentState
+        from warpSPHCore.operations import warpOperationJVP
+
+        P = self.P if P is None else P
+        T = self.T if T is None else T
+        q, kw = self._call(P)
+        qt = ParticleTangentState(T["pos"], T["h"], None, T.get("rho"))
+        rt = ParticleTangentState(T["pos"], T["h"], T["m"], T.get("rho"))
+        tk = dict(queryTangentState=qt, referenceTangentState=rt)
+        if "f" in T:
+            tk["tangentQueryValues"] = T["f"]
+        if "vol" in T:
+            tk["tangentReferenceVolumes"] = T["vol"]
+        if "A" in T:
+            tk["crkTangentState"] = CRKTangentState(T["A"], T["B"], T["gA"], T["gB"])
+        if "L" in T:
+            tk["renormalizationTangentState"] = T["L"]
+        return warpOperationJVP(q, self.pr, self.dom, adjacency=self.adj, **kw, **tk)
+
+
+@pytest.mark.parametrize("mode", MODES + [INVALID])
+def test_forward_mode_all_operators_all_modes(device, mode):
+    """All seven operators, every mode (and an invalid one): the explicit JVP equals J·v of the
+    masked primal (rtol 1e-8), the dual-tensor route equals it (1e-12), masked query rows have
+    exactly zero tangent, and the check is not vacuous (a mode that admits a query gives a
+    nonzero tangent for most operators)."""
+    from jvp_helpers import assertClose, dualJVP, jacobianJVP
+
+    nonzero = 0
+    for k, op in enumerate(OPS):
+        c = _FwdCase(op, mode, device, seed=300 + 7 * k)
+        inputs = [c.P[n] for n in c.names]
+        tangents = [c.T[n] for n in c.names]
+        out = c.jvp()
+        assertClose(out, jacobianJVP(c.fn, inputs, tangents), what=f"{op.name} mode {mode}")
+        assertClose(dualJVP(c.fn, inputs, tangents), out, rtol=1e-12, atol=1e-13,
+                    what=f"{op.name} mode {mode}: dual route")
+        qMask = torch.as_tensor(_queryMask(mode, c.q), device=out.device)
+        assert torch.equal(out[~qMask], torch.zeros_like(out[~qMask])), op.name
+        nonzero += int(float(out.abs().max()) > 0.0)
+    if bool(torch.as_tensor(_queryMask(mode, c.q)).any()):
+        assert nonzero >= 4, (mode, nonzero)
+    else:
+        assert nonzero == 0
+
+
+@pytest.mark.parametrize("mode", [3, 8, 13])
+def test_reverse_over_forward_under_mode(device, mode):
+    """gradcheck of JVP outputs under a mixed mode: Gradient (CRK + renormalization) and the
+    Laplacian w.r.t. positions, values and the position tangent (Poly6: smooth at the self
+    pair)."""
+    from sph_reference import GRADCHECK
+
+    for op in (WarpOperation.Gradient, WarpOperation.Laplacian):
+        c = _FwdCase(op, mode, device, seed=40 + mode)
+        c.pr = dataclasses.replace(c.pr, kernel=KernelFunctions.Poly6)
+
+        def fn(x, f, v, c=c):
+            return c.jvp(dict(c.P, pos=x, f=f), dict(c.T, pos=v))
+
+        leavesIn = [t.detach().clone().requires_grad_() for t in (c.P["pos"], c.P["f"],
+                                                                   c.T["pos"])]
+        assert torch.autograd.gradcheck(fn, leavesIn, **GRADCHECK), op.name
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_density_hvp_all_modes(mode):
+    """The Density position HVP under every mode on a dense mixed-kind cloud (every mode
+    admits cross-kind pairs): against torch's double backward of the masked float64
+    reference (shared, asymmetric and zero reference tangents); masked query rows are 0."""
+    from test_forward_mode_density_hvp import _checkShared
+
+    dom, q, _ = _case(2, "cpu", seed=60, dense=True)
+    pr = _props(WarpOperation.Density, mode, supportMode=SupportScheme.KernelMeanSymmetric)
+    hv = _checkShared(q, pr, dom, seed=61 + mode, fd=False)
+    qm = _queryMask(mode, q)
+    assert torch.all(hv[torch.as_tensor(~qm)] == 0)
+
+
+@pytest.mark.parametrize("route", ["explicit", "dual", "hvp"])
+def test_forward_mode_saved_kinds_inplace_change_detected(device, route):
+    """The JVP and HVP launches save kinds: changing them in place before the backward of a
+    JVP output (reverse over forward) trips torch's version check."""
+    import torch.autograd.forward_ad as fwAD
+
+    from warpSPHCore import ParticleTangentState
+    from warpSPHCore.operations import warpOperationHVP, warpOperationJVP
+
+    dom, q, f = _case(2, device)
+    adj = neighbourStructure("csr", q, dom)
+    kinds = q.kinds.clone()
+    x = q.positions.detach().clone().requires_grad_(True)
+    v = torch.randn(x.shape, generator=torch.Generator().manual_seed(5), dtype=F64).to(device)
+    p = ParticleState(x, q.supports, q.masses, kinds, q.densities)
+    pr = _props(WarpOperation.Gradient, 13)
+    if route == "explicit":
+        out = warpOperationJVP(p, pr, dom, queryValues=f, adjacency=adj,
+                               queryTangentState=ParticleTangentState(positions=v))
+    elif route == "dual":
+        with fwAD.dual_level():
+            pd = ParticleState(fwAD.make_dual(x, v), q.supports, q.masses, kinds, q.densities)
+            out = fwAD.unpack_dual(warpOperation(pd, pr, dom, queryValues=f,
+                                                 adjacency=adj)).tangent
+    else:
+        out = warpOperationHVP(p, _props(WarpOperation.Density, 13), dom, v, adjacency=adj)
+    assert out.requires_grad
+    kinds.add_(0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
