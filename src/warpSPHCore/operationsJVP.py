@@ -70,9 +70,14 @@ _VALUE_OPS = (WarpOperation.Interpolate, WarpOperation.Gradient, WarpOperation.D
 
 
 def _valueExtra(spec):
-    """Name of the operator's TENSOR extra (its flat values), or None."""
-    names = [e.name for e in spec.extras if e.kind == ExtraKind.TENSOR]
-    return names[0] if names else None
+    """Name of the TENSOR extra that carries the operator's values (`JVPSpec`), or None
+    (Density, Covariance: geometry tangents only). The value operators other than
+    Interpolate pass query and reference values as one flat array ``[N_q F | N_r F]``, so
+    their query and reference value extras are the same name."""
+    j = spec.jvp
+    if j is None:
+        return None
+    return j.referenceValueExtra or j.queryValueExtra
 
 
 def _rawShape(spec, ctx, extras):

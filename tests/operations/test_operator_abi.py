@@ -269,3 +269,28 @@ def test_device_mismatch_raises(device):
     with pytest.raises(ValueError, match="must be on"):
         warpOperation(q, props(WarpOperation.Interpolate), dom,
                       queryValues=torch.ones(6, dtype=F64, device="meta"))
+
+
+def test_jvp_specs_name_the_value_extras():
+    """`JVPSpec` per operator (`autodiff.md` §8.3): the value operators name their values
+    extra (one flat ``[N_q F | N_r F]`` array for Gradient, Divergence, Curl and Laplacian,
+    the reference values for Interpolate), Density and Covariance none; every one has its
+    Tier-2 kernel."""
+    from warpSPHCore import WarpOperation as W
+    from warpSPHCore.autograd.operator_spec import ExtraKind
+    from warpSPHCore.operators import operatorEntry
+
+    for op in (W.Density, W.Interpolate, W.Gradient, W.Divergence, W.Curl, W.Laplacian,
+               W.Covariance):
+        spec = operatorEntry(op).spec
+        j = spec.jvp
+        assert j is not None and j.geometryKernel is not None, op.name
+        tensors = {e.name for e in spec.extras if e.kind == ExtraKind.TENSOR}
+        if op in (W.Density, W.Covariance):
+            assert (j.queryValueExtra, j.referenceValueExtra) == (None, None), op.name
+        elif op == W.Interpolate:
+            assert (j.queryValueExtra, j.referenceValueExtra) == (None, "referenceValues")
+        else:
+            assert j.queryValueExtra == j.referenceValueExtra == "values", op.name
+        for name in (j.queryValueExtra, j.referenceValueExtra):
+            assert name is None or name in tensors, (op.name, name)

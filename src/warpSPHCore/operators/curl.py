@@ -204,5 +204,6 @@ CURL_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
-    jvp=JVPSpec(geometryKernel=curlJVPKernel),
+    jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
+                geometryKernel=curlJVPKernel),
 )

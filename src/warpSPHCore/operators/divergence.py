@@ -217,5 +217,6 @@ DIVERGENCE_SPEC = OperatorSpec(
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR),
             ExtraSpec("consistentDivergence", ExtraKind.SCALAR)),
-    jvp=JVPSpec(geometryKernel=divergenceJVPKernel),
+    jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
+                geometryKernel=divergenceJVPKernel),
 )

@@ -183,5 +183,6 @@ GRADIENT_SPEC = OperatorSpec(
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     numThreads=_numThreads,
-    jvp=JVPSpec(geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
+    jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
+                geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
 )

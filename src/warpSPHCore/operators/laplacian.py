@@ -357,5 +357,6 @@ LAPLACIAN_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
     extras=(ExtraSpec("values", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
-    jvp=JVPSpec(geometryKernel=laplacianJVPKernel),
+    jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
+                geometryKernel=laplacianJVPKernel),
 )
