@@ -23,167 +23,42 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-from jvp_helpers import assertClose, checkJVP, dualJVP, jacobianJVP
 from sph_reference import (
-    GRADCHECK,
     makeDomain,
-    marginCloud,
     marginPair,
-    masks,
     neighbourStructure,
     props,
-    randomCorrectionTensors,
+)
+from value_jvp_cases import (
+    F64,
+    Case,
+    aliased,
+    callArgs,
+)
+from vector_jvp_checks import (
+    checkCombinedIsSum,
+    checkCorrections,
+    checkDistinct,
+    checkFloat32,
+    checkModesSchemes,
+    checkPeriodic,
+    checkReverseOverForward,
+    checkSingleChannels,
+    checkTraversals,
 )
 
 from warpSPHCore import (
-    CRKState,
     CRKTangentState,
     GradientScheme,
-    KernelFunctions,
     OperationDirection,
     ParticleState,
     ParticleTangentState,
-    SupportScheme,
     WarpOperation,
 )
 from warpSPHCore.operations import warpOperation, warpOperationJVP
 
-F64 = torch.float64
 OP = WarpOperation.Curl
-SUPPORTS = list(SupportScheme)
-CORRS = ["none", "volumes", "crk", "renorm", "crk+renorm+volumes"]
 MODES = [OperationDirection.AllToAll, OperationDirection.FluidToAll]
-# tangent scale per primal name (supports and densities: a few per cent of their size)
-_SCALE = {"h": 0.05, "qh": 0.05, "rh": 0.05, "rho": 0.1, "qrho": 0.1, "rrho": 0.1}
-_TIGHT = dict(rtol=1e-12, atol=1e-13)
-
-
-# --------------------------------------------------------------------------------------
-# case builders: named primals P and tangents T
-# --------------------------------------------------------------------------------------
-
-
-def _randn(shape, gen, device, scale=1.0):
-    return (scale * torch.randn(shape, generator=gen, dtype=F64)).to(device)
-
-
-def _primals(q, r, corr, shape, seed):
-    """Named float64 primals: the particle fields, the field values and the corrections."""
-    dev = q.positions.device
-    nq, d = q.positions.shape
-    g = torch.Generator().manual_seed(seed)
-    if r is None:
-        P = dict(pos=q.positions, h=q.supports, m=q.masses, rho=q.densities,
-                 f=_randn((nq,) + shape, g, dev))
-        nr = nq
-    else:
-        nr = r.positions.shape[0]
-        P = dict(qpos=q.positions, qh=q.supports, qrho=q.densities,
-                 fq=_randn((nq,) + shape, g, dev), rpos=r.positions, rh=r.supports,
-                 rm=r.masses, rrho=r.densities, fr=_randn((nr,) + shape, g, dev))
-    vol, _, A, B, gA, gB, L = randomCorrectionTensors(nq, nr, d, dev, seed + 1)
-    if "volumes" in corr:
-        P["vol"] = vol
-    if "crk" in corr:
-        P.update(A=A, B=B, gA=gA, gB=gB)
-    if "renorm" in corr:
-        P["L"] = L
-    return P
-
-
-def _tangents(P, seed, names=None):
-    """Random tangents for the primals in `names` (default: all)."""
-    g = torch.Generator().manual_seed(seed)
-    names = list(P) if names is None else names
-    return {k: _randn(P[k].shape, g, P[k].device, _SCALE.get(k, 1.0)) for k in names}
-
-
-def _callArgs(P, q, r):
-    """(queryParticles, keyword arguments) of warpOperation / warpOperationJVP from P."""
-    if r is None:
-        qs = ParticleState(P["pos"], P["h"], P["m"], q.kinds, P["rho"])
-        kw = dict(queryValues=P["f"])
-    else:
-        qs = ParticleState(P["qpos"], P["qh"], q.masses, q.kinds, P["qrho"])
-        rs = ParticleState(P["rpos"], P["rh"], P["rm"], r.kinds, P["rrho"])
-        kw = dict(queryValues=P["fq"], referenceValues=P["fr"], referenceParticles=rs)
-    if "vol" in P:
-        kw["referenceVolumes"] = P["vol"]
-    if "A" in P:
-        kw["crkState"] = CRKState(P["A"], P["B"], P["gA"], P["gB"])
-    if "L" in P:
-        kw["renormalizationState"] = P["L"]
-    return qs, kw
-
-
-def _tangentArgs(P, T, r):
-    """warpOperationJVP's tangent keywords from T (a missing name is a zero tangent)."""
-    t = T.get
-    if r is None:
-        kw = dict(queryTangentState=ParticleTangentState(t("pos"), t("h"), None, t("rho")),
-                  referenceTangentState=ParticleTangentState(t("pos"), t("h"), t("m"),
-                                                             t("rho")),
-                  tangentQueryValues=t("f"))
-    else:
-        kw = dict(queryTangentState=ParticleTangentState(t("qpos"), t("qh"), None, t("qrho")),
-                  referenceTangentState=ParticleTangentState(t("rpos"), t("rh"), t("rm"),
-                                                             t("rrho")))
-        if "fq" in T or "fr" in T:  # both sides explicit (the reference defaults to the query)
-            kw["tangentQueryValues"] = T.get("fq", torch.zeros_like(P["fq"]))
-            kw["tangentReferenceValues"] = T.get("fr", torch.zeros_like(P["fr"]))
-    if "vol" in T:
-        kw["tangentReferenceVolumes"] = T["vol"]
-    if any(k in T for k in ("A", "B", "gA", "gB")):
-        z = {k: T.get(k, torch.zeros_like(P[k])) for k in ("A", "B", "gA", "gB")}
-        kw["crkTangentState"] = CRKTangentState(z["A"], z["B"], z["gA"], z["gB"])
-    if "L" in T:
-        kw["renormalizationTangentState"] = T["L"]
-    return kw
-
-
-class Case:
-    """One primal call (query, optional distinct reference, domain, properties, neighbour
-    structure) with named primals; `fn` is the primal as a function of the primals' tensors
-    (for the oracles) and `jvp(T)` the explicit forward mode."""
-
-    def __init__(self, q, r, dom, pr, traversal, corr="none", shape=(2,), seed=0):
-        self.q, self.r, self.dom, self.pr = q, r, dom, pr
-        self.adj = neighbourStructure(traversal, q, dom, r)
-        self.P = _primals(q, r, corr, shape, seed)
-        self.names = list(self.P)
-
-    def fn(self, *xs):
-        qs, kw = _callArgs(dict(zip(self.names, xs)), self.q, self.r)
-        return warpOperation(qs, self.pr, self.dom, adjacency=self.adj, **kw)
-
-    def inputs(self):
-        return [self.P[k] for k in self.names]
-
-    def tangentList(self, T):
-        return [T.get(k) for k in self.names]
-
-    def jvp(self, T, adjacency="default", P=None, pr=None, **extra):
-        P = self.P if P is None else P
-        qs, kw = _callArgs(P, self.q, self.r)
-        adj = self.adj if adjacency == "default" else adjacency
-        return warpOperationJVP(qs, self.pr if pr is None else pr, self.dom, adjacency=adj,
-                                **kw, **_tangentArgs(P, T, self.r), **extra)
-
-    def check(self, T, fd=True, what=""):
-        out = self.jvp(T)
-        checkJVP(self.fn, self.inputs(), self.tangentList(T), out, fd=fd, what=what)
-        return out
-
-
-def _aliased(n, seed, device, **kw):
-    dom = makeDomain(2, F64, device)
-    return marginCloud(n, 2, F64, device, seed=seed, domain=dom, **kw), None, dom
-
-
-def _distinct(nq, nr, seed, device, cloned=False):
-    dom = makeDomain(2, F64, device)
-    q, r = marginPair(nq, nr, 2, F64, device, seed=seed, domain=dom, cloned=cloned)
-    return q, r, dom
 
 
 # --------------------------------------------------------------------------------------
@@ -196,44 +71,14 @@ def _distinct(nq, nr, seed, device, cloned=False):
 def test_curl_jvp_modes_schemes(device, scheme, mode):
     """Every tangent live at once on a mixed-kinds cloud; masked query rows are exactly 0;
     the dual route gives the same tangent."""
-    k = int(scheme) + 4 * MODES.index(mode)
-    support = SUPPORTS[k % len(SUPPORTS)]
-    corr = CORRS[k % len(CORRS)]
-    kinds = [i % 4 for i in range(12)]
-    q, r, dom = _aliased(12, 10 + k, device, kinds=kinds)
-    pr = props(OP, gradientMode=scheme, supportMode=support, operationMode=mode)
-    shape = (2,) if k % 2 else (2, 2)
-    c = Case(q, r, dom, pr, "csr", corr, shape, seed=20 + k)
-    T = _tangents(c.P, seed=30 + k)
-    what = f"{scheme.name}/{mode.name}/{support.name}/{corr}/{shape}"
-    out = c.check(T, what=what)
-    assert out.shape == c.fn(*c.inputs()).shape and out.dtype == F64
-    kq = q.kinds.cpu().numpy()
-    qm = torch.as_tensor(masks(int(mode), kq, kq)[0], device=out.device)
-    assert torch.equal(out[~qm], torch.zeros_like(out[~qm])), what
-    assert float(out[qm].abs().max()) > 0.0, what
-    if mode != OperationDirection.AllToAll:
-        assert bool((~qm).any()), what
-    dual = dualJVP(c.fn, c.inputs(), c.tangentList(T))
-    assertClose(dual, out, **_TIGHT, what=f"{what}: dual route vs explicit")
+    checkModesSchemes(OP, MODES, device, scheme, mode)
 
 
 @pytest.mark.parametrize("corr", ["crk", "renorm", "crk+renorm", "volumes"])
 def test_curl_jvp_corrections(device, corr):
     """Each correction with all tangents, with only its own tangent (each member alone), and
     frozen (no correction tangent)."""
-    k = ["crk", "renorm", "crk+renorm", "volumes"].index(corr)
-    q, r, dom = _aliased(12, 40 + k, device)
-    scheme = [GradientScheme.Difference, GradientScheme.Naive, GradientScheme.Summation,
-              GradientScheme.Naive][k]
-    pr = props(OP, gradientMode=scheme, supportMode=SUPPORTS[(k + 2) % len(SUPPORTS)])
-    c = Case(q, r, dom, pr, "csr", corr, (2, 2) if k % 2 else (2,), seed=50 + k)
-    c.check(_tangents(c.P, seed=60 + k), what=f"{corr}: all")
-    own = [n for n in ("A", "B", "gA", "gB", "L", "vol") if n in c.P]
-    for n in own:
-        out = c.check(_tangents(c.P, seed=61 + k, names=[n]), fd=False, what=f"{corr}: {n}")
-        assert float(out.abs().max()) > 0.0, n
-    c.check(_tangents(c.P, seed=62 + k, names=["pos", "h"]), what=f"{corr}: frozen")
+    checkCorrections(OP, device, corr)
 
 
 @pytest.mark.parametrize("cloned", [False, True], ids=["distinct", "cloned"])
@@ -241,32 +86,13 @@ def test_curl_jvp_corrections(device, corr):
 def test_curl_jvp_distinct(device, scheme, cloned):
     """Distinct query and reference sets (cloned: the reference repeats the query coordinates,
     coincident pairs r = 0 with CRK, where G(0) != 0; Poly6 is smooth there)."""
-    k = int(scheme) + 4 * int(cloned)
-    q, r, dom = _distinct(7, 9, 70 + k, device, cloned)
-    kernel = KernelFunctions.Poly6 if cloned else KernelFunctions.Wendland2
-    pr = props(OP, kernel=kernel, gradientMode=scheme, supportMode=SUPPORTS[k % 6],
-               calibrateNormalization=bool(k % 2), n_h=3.0)
-    corr = ["crk+renorm+volumes", "crk", "renorm+volumes", "none"][k % 4]
-    shape = [(2,), (2, 3), (2, 2), (2,)][k % 4]
-    c = Case(q, r, dom, pr, "csr", corr, shape, seed=80 + k)
-    T = _tangents(c.P, seed=90 + k)
-    out = c.check(T, what=f"{scheme.name}/{corr}/{shape}")
-    dual = dualJVP(c.fn, c.inputs(), c.tangentList(T))
-    assertClose(dual, out, **_TIGHT, what="dual route vs explicit")
+    checkDistinct(OP, device, scheme, cloned)
 
 
 @pytest.mark.parametrize("which", ["positions", "supports", "masses", "densities"])
 def test_curl_jvp_single_channels(device, which):
     """One particle tangent channel of one role at a time (distinct sets)."""
-    q, r, dom = _distinct(6, 8, 100, device)
-    pr = props(OP, gradientMode=GradientScheme.Symmetric if which in ("densities", "masses")
-               else GradientScheme.Difference, supportMode=SupportScheme.MeanSymmetric)
-    c = Case(q, r, dom, pr, "csr", "none", (2,), seed=101)
-    names = {"positions": ["qpos", "rpos"], "supports": ["qh", "rh"], "masses": ["rm"],
-             "densities": ["qrho", "rrho"]}[which]
-    for n in names:
-        out = c.check(_tangents(c.P, seed=102, names=[n]), fd=False, what=f"{which}: {n}")
-        assert float(out.abs().max()) > 0.0, n
+    checkSingleChannels(OP, device, which)
 
 
 # --------------------------------------------------------------------------------------
@@ -274,76 +100,27 @@ def test_curl_jvp_single_channels(device, which):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_curl_jvp_traversals(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_curl_jvp_traversals(device, distinctSets):
     """Grid traversal == CSR list == adjacency=None (a grid built like the primal's)."""
-    if distinct:
-        q, r, dom = _distinct(8, 10, 110, device)
-    else:
-        q, r, dom = _aliased(12, 110, device)
-    pr = props(OP, gradientMode=GradientScheme.Summation,
-               supportMode=SupportScheme.SuperSymmetric)
-    c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes", (2, 2), seed=111)
-    T = _tangents(c.P, seed=112)
-    ref = c.check(T, fd=False, what="csr")
-    grid = neighbourStructure("grid", q, dom, r)
-    assertClose(c.jvp(T, adjacency=grid), ref, **_TIGHT, what="grid vs csr")
-    assertClose(c.jvp(T, adjacency=None), ref, **_TIGHT, what="None vs csr")
+    checkTraversals(OP, device, distinctSets)
 
 
 def test_curl_jvp_periodic(device):
-    dom = makeDomain(2, F64, device, periodic=[True, False])
-    q = marginCloud(12, 2, F64, device, seed=120, domain=dom, hMean=0.6)
-    pr = props(OP, gradientMode=GradientScheme.Naive, supportMode=SupportScheme.Gather)
-    c = Case(q, None, dom, pr, "grid", "crk", (2,), seed=121)
-    c.check(_tangents(c.P, seed=122), what="periodic")
+    checkPeriodic(OP, device)
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_curl_jvp_combined_is_sum(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_curl_jvp_combined_is_sum(device, distinctSets):
     """value + geometry == value-only (Tier 1) + geometry-only; adding a zero value tangent
     leaves the geometry-only result bit-unchanged; the value-only part is the primal on the
     tangent values (bit-exact)."""
-    if distinct:
-        q, r, dom = _distinct(7, 9, 130, device)
-        vnames = ["fq", "fr"]
-    else:
-        q, r, dom = _aliased(12, 130, device)
-        vnames = ["f"]
-    for k, scheme in enumerate(GradientScheme):
-        pr = props(OP, gradientMode=scheme, supportMode=SUPPORTS[k])
-        c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes" if k % 2 else "volumes",
-                 (2, 2) if k % 2 else (2,), seed=131 + k)
-        T = _tangents(c.P, seed=140 + k)
-        geo = {n: v for n, v in T.items() if n not in vnames}
-        val = {n: T[n] for n in vnames}
-        both = c.jvp(T)
-        g = c.jvp(geo)
-        v = c.jvp(val)
-        assertClose(both, g + v, **_TIGHT, what=f"{scheme.name} combined")
-        zero = dict(geo, **{n: torch.zeros_like(c.P[n]) for n in vnames})
-        assert torch.equal(c.jvp(zero), g), scheme.name
-        Pv = dict(c.P, **{n: T[n] for n in vnames})
-        qs, kw = _callArgs(Pv, q, r)
-        assert torch.equal(v, warpOperation(qs, pr, dom, adjacency=c.adj, **kw)), scheme.name
+    checkCombinedIsSum(OP, device, distinctSets)
 
 
 def test_curl_jvp_float32(device):
     """float32 JVP against the float64 J·v (rtol 1e-4)."""
-    q, r, dom = _aliased(12, 160, device)
-    pr = props(OP, gradientMode=GradientScheme.Symmetric,
-               supportMode=SupportScheme.KernelMeanSymmetric)
-    c = Case(q, r, dom, pr, "csr", "crk+renorm", (2,), seed=161)
-    T = _tangents(c.P, seed=162)
-    ref = jacobianJVP(c.fn, c.inputs(), c.tangentList(T))
-    f32 = torch.float32
-    q32 = ParticleState(q.positions.to(f32), q.supports.to(f32), q.masses.to(f32), q.kinds,
-                        q.densities.to(f32))
-    c32 = Case(q32, None, makeDomain(2, f32, device), pr, "csr", "none", (2,), seed=161)
-    c32.P = {k: v.to(f32) for k, v in c.P.items()}
-    out = c32.jvp({k: v.to(f32) for k, v in T.items()})
-    assert out.dtype == f32
-    assertClose(out.double(), ref, rtol=1e-4, atol=1e-5, what="float32")
+    checkFloat32(OP, device)
 
 
 # --------------------------------------------------------------------------------------
@@ -385,10 +162,10 @@ def test_curl_jvp_rejects_other_dimensions(device, dim):
 
 
 def test_curl_jvp_rejections(device):
-    q, r, dom = _aliased(8, 170, device)
+    q, r, dom = aliased(2, 8, 170, device)
     pr = props(OP, gradientMode=GradientScheme.Naive)
     c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes", (2,), seed=171)
-    qs, kw = _callArgs(c.P, q, r)
+    qs, kw = callArgs(c.P, q, r)
     dx = torch.ones_like(q.positions)
     geo = dict(queryTangentState=ParticleTangentState(positions=dx))
     omega = torch.full_like(q.supports, 1.1)
@@ -425,29 +202,8 @@ def test_curl_jvp_rejections(device):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_curl_jvp_reverse_over_forward(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_curl_jvp_reverse_over_forward(device, distinctSets):
     """float64 gradcheck of the JVP output w.r.t. positions, supports, the frozen values, the
     position tangent and a CRK tangent member (Poly6: smooth at the self pair)."""
-    if distinct:
-        q, r, dom = _distinct(5, 6, 190, device)
-        pn, hn, vn = "qpos", "rh", "fr"
-        tn = ["qpos", "rpos"]
-    else:
-        q, r, dom = _aliased(7, 190, device)
-        pn, hn, vn = "pos", "h", "f"
-        tn = ["pos"]
-    pr = props(OP, kernel=KernelFunctions.Poly6,
-               gradientMode=GradientScheme.Symmetric if distinct else GradientScheme.Difference,
-               supportMode=SupportScheme.KernelMeanSymmetric)
-    c = Case(q, r, dom, pr, "csr", "crk+renorm", (2,), seed=191)
-    T0 = _tangents(c.P, seed=192, names=tn + ["B", "L"])
-    inputs = [t.detach().clone().requires_grad_() for t in
-              (c.P[pn], c.P[hn], c.P[vn], T0[tn[0]], T0["B"])]
-
-    def fn(x, h, f, tx, tB):
-        P = dict(c.P, **{pn: x, hn: h, vn: f})
-        T = dict(T0, **{tn[0]: tx, "B": tB})
-        return c.jvp(T, P=P)
-
-    assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
+    checkReverseOverForward(OP, device, distinctSets)

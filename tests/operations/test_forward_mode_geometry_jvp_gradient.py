@@ -20,19 +20,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jvp_helpers import assertClose, checkJVP, dualJVP, jacobianJVP
+from jvp_helpers import assertClose, dualJVP, jacobianJVP
 from sph_reference import (
     GRADCHECK,
     makeDomain,
     marginCloud,
-    marginPair,
     neighbourStructure,
     props,
-    randomCorrectionTensors,
+)
+from value_jvp_cases import (
+    F64,
+    Case,
+    aliased,
+    callArgs,
+    distinct,
+    tangents,
 )
 
 from warpSPHCore import (
-    CRKState,
     CRKTangentState,
     GradientScheme,
     KernelFunctions,
@@ -43,141 +48,10 @@ from warpSPHCore import (
 )
 from warpSPHCore.operations import warpOperation, warpOperationJVP
 
-F64 = torch.float64
 GRAD = WarpOperation.Gradient
 SUPPORTS = [SupportScheme.Gather, SupportScheme.MeanSymmetric,
             SupportScheme.KernelMeanSymmetric, SupportScheme.SuperSymmetric]
 CORRS = ["none", "volumes", "crk", "renorm", "crk+renorm+volumes"]
-# tangent scale per primal name (supports and densities: a few per cent of their size)
-_SCALE = {"h": 0.05, "qh": 0.05, "rh": 0.05, "rho": 0.1, "qrho": 0.1, "rrho": 0.1}
-
-
-# --------------------------------------------------------------------------------------
-# case builders: named primals P and tangents T
-# --------------------------------------------------------------------------------------
-
-
-def _randn(shape, gen, device, scale=1.0):
-    return (scale * torch.randn(shape, generator=gen, dtype=F64)).to(device)
-
-
-def _primals(q, r, corr, shape, seed):
-    """Named float64 primals: the particle fields, the field values and the corrections."""
-    dev = q.positions.device
-    nq, d = q.positions.shape
-    g = torch.Generator().manual_seed(seed)
-    if r is None:
-        P = dict(pos=q.positions, h=q.supports, m=q.masses, rho=q.densities,
-                 f=_randn((nq,) + shape, g, dev))
-        nr = nq
-    else:
-        nr = r.positions.shape[0]
-        P = dict(qpos=q.positions, qh=q.supports, qrho=q.densities,
-                 fq=_randn((nq,) + shape, g, dev), rpos=r.positions, rh=r.supports,
-                 rm=r.masses, rrho=r.densities, fr=_randn((nr,) + shape, g, dev))
-    vol, _, A, B, gA, gB, L = randomCorrectionTensors(nq, nr, d, dev, seed + 1)
-    if "volumes" in corr:
-        P["vol"] = vol
-    if "crk" in corr:
-        P.update(A=A, B=B, gA=gA, gB=gB)
-    if "renorm" in corr:
-        P["L"] = L
-    return P
-
-
-def _tangents(P, seed, names=None):
-    """Random tangents for the primals in `names` (default: all)."""
-    g = torch.Generator().manual_seed(seed)
-    names = list(P) if names is None else names
-    return {k: _randn(P[k].shape, g, P[k].device, _SCALE.get(k, 1.0)) for k in names}
-
-
-def _callArgs(P, q, r):
-    """(queryParticles, keyword arguments) of warpOperation / warpOperationJVP from P."""
-    if r is None:
-        qs = ParticleState(P["pos"], P["h"], P["m"], q.kinds, P["rho"])
-        kw = dict(queryValues=P["f"])
-    else:
-        qs = ParticleState(P["qpos"], P["qh"], q.masses, q.kinds, P["qrho"])
-        rs = ParticleState(P["rpos"], P["rh"], P["rm"], r.kinds, P["rrho"])
-        kw = dict(queryValues=P["fq"], referenceValues=P["fr"], referenceParticles=rs)
-    if "vol" in P:
-        kw["referenceVolumes"] = P["vol"]
-    if "A" in P:
-        kw["crkState"] = CRKState(P["A"], P["B"], P["gA"], P["gB"])
-    if "L" in P:
-        kw["renormalizationState"] = P["L"]
-    return qs, kw
-
-
-def _tangentArgs(P, T, r):
-    """warpOperationJVP's tangent keywords from T (a missing name is a zero tangent)."""
-    t = T.get
-    if r is None:
-        kw = dict(queryTangentState=ParticleTangentState(t("pos"), t("h"), None, t("rho")),
-                  referenceTangentState=ParticleTangentState(t("pos"), t("h"), t("m"),
-                                                             t("rho")),
-                  tangentQueryValues=t("f"))
-    else:
-        kw = dict(queryTangentState=ParticleTangentState(t("qpos"), t("qh"), None, t("qrho")),
-                  referenceTangentState=ParticleTangentState(t("rpos"), t("rh"), t("rm"),
-                                                             t("rrho")))
-        if "fq" in T or "fr" in T:  # both sides explicit: the reference defaults to the query
-            kw["tangentQueryValues"] = T.get("fq", torch.zeros_like(P["fq"]))
-            kw["tangentReferenceValues"] = T.get("fr", torch.zeros_like(P["fr"]))
-    if "vol" in T:
-        kw["tangentReferenceVolumes"] = T["vol"]
-    if any(k in T for k in ("A", "B", "gA", "gB")):
-        z = {k: T.get(k, torch.zeros_like(P[k])) for k in ("A", "B", "gA", "gB")}
-        kw["crkTangentState"] = CRKTangentState(z["A"], z["B"], z["gA"], z["gB"])
-    if "L" in T:
-        kw["renormalizationTangentState"] = T["L"]
-    return kw
-
-
-class Case:
-    """One primal call (query, optional distinct reference, domain, properties, neighbour
-    structure) with named primals; `fn` is the primal as a function of the primals'
-    tensors (for the oracles) and `jvp(T)` the explicit forward mode."""
-
-    def __init__(self, q, r, dom, pr, traversal, corr="none", shape=(), seed=0):
-        self.q, self.r, self.dom, self.pr = q, r, dom, pr
-        self.adj = neighbourStructure(traversal, q, dom, r)
-        self.P = _primals(q, r, corr, shape, seed)
-        self.names = list(self.P)
-
-    def fn(self, *xs):
-        qs, kw = _callArgs(dict(zip(self.names, xs)), self.q, self.r)
-        return warpOperation(qs, self.pr, self.dom, adjacency=self.adj, **kw)
-
-    def inputs(self):
-        return [self.P[k] for k in self.names]
-
-    def tangentList(self, T):
-        return [T.get(k) for k in self.names]
-
-    def jvp(self, T, adjacency="default", P=None, pr=None):
-        P = self.P if P is None else P
-        qs, kw = _callArgs(P, self.q, self.r)
-        adj = self.adj if adjacency == "default" else adjacency
-        return warpOperationJVP(qs, self.pr if pr is None else pr, self.dom, adjacency=adj,
-                                **kw, **_tangentArgs(P, T, self.r))
-
-    def check(self, T, fd=True, what=""):
-        out = self.jvp(T)
-        checkJVP(self.fn, self.inputs(), self.tangentList(T), out, fd=fd, what=what)
-        return out
-
-
-def _aliased(d, n, seed, device, **kw):
-    dom = makeDomain(d, F64, device)
-    return marginCloud(n, d, F64, device, seed=seed, domain=dom, **kw), None, dom
-
-
-def _distinct(d, nq, nr, seed, device, cloned=False):
-    dom = makeDomain(d, F64, device)
-    q, r = marginPair(nq, nr, d, F64, device, seed=seed, domain=dom, cloned=cloned)
-    return q, r, dom
 
 
 # --------------------------------------------------------------------------------------
@@ -192,10 +66,10 @@ def test_gradient_jvp_schemes_aliased(device, scheme, corr):
     CRK, L); the dual route gives the same tangent."""
     k = CORRS.index(corr)
     support = SUPPORTS[(int(scheme) + k) % len(SUPPORTS)]
-    q, r, dom = _aliased(2, 12, 10 + k, device)
+    q, r, dom = aliased(2, 12, 10 + k, device)
     pr = props(GRAD, gradientMode=scheme, supportMode=support)
     c = Case(q, r, dom, pr, "csr", corr, () if k % 2 == 0 else (2,), seed=20 + k)
-    T = _tangents(c.P, seed=30 + k)
+    T = tangents(c.P, seed=30 + k)
     out = c.check(T, what=f"{scheme.name}/{support.name}/{corr}")
     assert out.shape == c.fn(*c.inputs()).shape and out.dtype == F64
     assert float(out.abs().max()) > 0.0
@@ -209,14 +83,14 @@ def test_gradient_jvp_distinct(device, scheme, cloned):
     """Distinct query and reference sets (cloned: the reference repeats the query coordinates,
     coincident pairs r = 0 with CRK, where G(0) != 0; Poly6 is smooth there)."""
     k = int(scheme) + 4 * int(cloned)
-    q, r, dom = _distinct(2, 7, 9, 40 + k, device, cloned)
+    q, r, dom = distinct(2, 7, 9, 40 + k, device, cloned)
     kernel = KernelFunctions.Poly6 if cloned else KernelFunctions.Wendland2
     pr = props(GRAD, kernel=kernel, gradientMode=scheme, supportMode=SUPPORTS[k % 4],
                calibrateNormalization=bool(k % 2), n_h=3.0)
     corr = ["crk+renorm+volumes", "crk", "renorm+volumes", "none"][k % 4]
     shape = [(2,), (), (2, 2), (2,)][k % 4]
     c = Case(q, r, dom, pr, "csr", corr, shape, seed=50 + k)
-    T = _tangents(c.P, seed=60 + k)
+    T = tangents(c.P, seed=60 + k)
     out = c.check(T, what=f"{scheme.name}/{corr}/{shape}")
     dual = dualJVP(c.fn, c.inputs(), c.tangentList(T))
     assertClose(dual, out, rtol=1e-12, atol=1e-13, what="dual route vs explicit")
@@ -227,21 +101,21 @@ def test_gradient_jvp_1d(device, scheme):
     k = int(scheme)
     corr = ["none", "crk+renorm+volumes", "renorm", "crk"][k % 4]
     if k % 2:
-        q, r, dom = _aliased(1, 10, 70 + k, device)
+        q, r, dom = aliased(1, 10, 70 + k, device)
     else:
-        q, r, dom = _distinct(1, 8, 9, 70 + k, device)
+        q, r, dom = distinct(1, 8, 9, 70 + k, device)
     pr = props(GRAD, gradientMode=scheme, supportMode=SUPPORTS[(k + 1) % 4])
     c = Case(q, r, dom, pr, ["grid", "csr"][k % 2], corr, [(), (1,)][k // 2 % 2], seed=80 + k)
-    c.check(_tangents(c.P, seed=90 + k), what=f"1D {scheme.name}/{corr}")
+    c.check(tangents(c.P, seed=90 + k), what=f"1D {scheme.name}/{corr}")
 
 
 @pytest.mark.slow
 def test_gradient_jvp_3d(device):
-    q, r, dom = _distinct(3, 5, 6, 95, device)
+    q, r, dom = distinct(3, 5, 6, 95, device)
     pr = props(GRAD, gradientMode=GradientScheme.Difference,
                supportMode=SupportScheme.KernelMeanSymmetric)
     c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes", (3,), seed=96)
-    c.check(_tangents(c.P, seed=97), what="3D")
+    c.check(tangents(c.P, seed=97), what="3D")
 
 
 @pytest.mark.parametrize("which", ["positions", "supports", "masses", "densities", "volumes",
@@ -249,7 +123,7 @@ def test_gradient_jvp_3d(device):
 def test_gradient_jvp_single_channels(device, which):
     """One tangent channel at a time (distinct sets: each role separately), so a channel
     cannot hide behind another's error."""
-    q, r, dom = _distinct(2, 6, 8, 100, device)
+    q, r, dom = distinct(2, 6, 8, 100, device)
     pr = props(GRAD, gradientMode=GradientScheme.Symmetric if which in ("densities", "masses")
                else GradientScheme.Difference, supportMode=SupportScheme.MeanSymmetric)
     corr = {"volumes": "volumes", "crk": "crk", "renorm": "crk+renorm"}.get(which, "none")
@@ -258,7 +132,7 @@ def test_gradient_jvp_single_channels(device, which):
              "densities": ["qrho", "rrho"], "volumes": ["vol"], "crk": ["A", "B", "gA", "gB"],
              "renorm": ["L"]}[which]
     for sub in ([n] for n in names):
-        T = _tangents(c.P, seed=102, names=sub)
+        T = tangents(c.P, seed=102, names=sub)
         out = c.check(T, fd=False, what=f"{which}: {sub}")
         assert float(out.abs().max()) > 0.0, sub
 
@@ -268,17 +142,17 @@ def test_gradient_jvp_single_channels(device, which):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_gradient_jvp_traversals(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_gradient_jvp_traversals(device, distinctSets):
     """Grid traversal == CSR list == adjacency=None (a grid built like the primal's)."""
-    if distinct:
-        q, r, dom = _distinct(2, 8, 10, 110, device)
+    if distinctSets:
+        q, r, dom = distinct(2, 8, 10, 110, device)
     else:
-        q, r, dom = _aliased(2, 12, 110, device)
+        q, r, dom = aliased(2, 12, 110, device)
     pr = props(GRAD, gradientMode=GradientScheme.Summation,
                supportMode=SupportScheme.SuperSymmetric)
     c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes", (2,), seed=111)
-    T = _tangents(c.P, seed=112)
+    T = tangents(c.P, seed=112)
     ref = c.check(T, fd=False, what="csr")
     grid = neighbourStructure("grid", q, dom, r)
     assertClose(c.jvp(T, adjacency=grid), ref, rtol=1e-12, atol=1e-13, what="grid vs csr")
@@ -290,24 +164,24 @@ def test_gradient_jvp_periodic(device):
     q = marginCloud(12, 2, F64, device, seed=120, domain=dom, hMean=0.6)
     pr = props(GRAD, gradientMode=GradientScheme.Naive, supportMode=SupportScheme.Gather)
     c = Case(q, None, dom, pr, "grid", "crk", (), seed=121)
-    c.check(_tangents(c.P, seed=122), what="periodic")
+    c.check(tangents(c.P, seed=122), what="periodic")
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_gradient_jvp_combined_is_sum(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_gradient_jvp_combined_is_sum(device, distinctSets):
     """value + geometry == value-only (Tier 1) + geometry-only; adding a zero value tangent
     leaves the geometry-only result bit-unchanged."""
-    if distinct:
-        q, r, dom = _distinct(2, 7, 9, 130, device)
+    if distinctSets:
+        q, r, dom = distinct(2, 7, 9, 130, device)
         vnames = ["fq", "fr"]
     else:
-        q, r, dom = _aliased(2, 12, 130, device)
+        q, r, dom = aliased(2, 12, 130, device)
         vnames = ["f"]
     for k, scheme in enumerate(GradientScheme):
         pr = props(GRAD, gradientMode=scheme, supportMode=SUPPORTS[k])
         c = Case(q, r, dom, pr, "csr", "crk+renorm+volumes" if k % 2 else "volumes", (2,),
                  seed=131 + k)
-        T = _tangents(c.P, seed=140 + k)
+        T = tangents(c.P, seed=140 + k)
         geo = {n: v for n, v in T.items() if n not in vnames}
         val = {n: T[n] for n in vnames}
         both = c.jvp(T)
@@ -318,7 +192,7 @@ def test_gradient_jvp_combined_is_sum(device, distinct):
         assert torch.equal(c.jvp(zero), g), scheme.name
         # the value-only part is the primal on the tangent values (Tier 1, bit-exact)
         Pv = dict(c.P, **{n: T[n] for n in vnames})
-        qs, kw = _callArgs(Pv, q, r)
+        qs, kw = callArgs(Pv, q, r)
         assert torch.equal(v, warpOperation(qs, pr, dom, adjacency=c.adj, **kw)), scheme.name
 
 
@@ -333,7 +207,7 @@ def test_gradient_jvp_kinds(device, mode):
                                    GradientScheme.Naive][[3, 9, 13].index(mode)],
                supportMode=SupportScheme.KernelMeanSymmetric, operationMode=mode)
     c = Case(q, None, dom, pr, "csr", "crk+renorm", (2,), seed=151)
-    out = c.check(_tangents(c.P, seed=152), fd=False, what=f"mode {mode}")
+    out = c.check(tangents(c.P, seed=152), fd=False, what=f"mode {mode}")
     qMask = {3: [k == 0 for k in kinds], 9: [True] * 14, 13: [k != 2 for k in kinds]}[mode]
     masked = torch.tensor([not m for m in qMask], device=out.device)
     assert torch.equal(out[masked], torch.zeros_like(out[masked]))
@@ -342,11 +216,11 @@ def test_gradient_jvp_kinds(device, mode):
 
 def test_gradient_jvp_float32(device):
     """float32 JVP against the float64 J·v (rtol 1e-4)."""
-    q, r, dom = _aliased(2, 12, 160, device)
+    q, r, dom = aliased(2, 12, 160, device)
     pr = props(GRAD, gradientMode=GradientScheme.Symmetric,
                supportMode=SupportScheme.MeanSymmetric)
     c = Case(q, r, dom, pr, "csr", "crk+renorm", (), seed=161)
-    T = _tangents(c.P, seed=162)
+    T = tangents(c.P, seed=162)
     ref = jacobianJVP(c.fn, c.inputs(), c.tangentList(T))
     f32 = torch.float32
     q32 = ParticleState(q.positions.to(f32), q.supports.to(f32), q.masses.to(f32), q.kinds,
@@ -364,10 +238,10 @@ def test_gradient_jvp_float32(device):
 
 
 def test_gradient_jvp_rejections(device):
-    q, r, dom = _aliased(2, 8, 170, device)
+    q, r, dom = aliased(2, 8, 170, device)
     pr = props(GRAD, gradientMode=GradientScheme.Naive)
     c = Case(q, r, dom, pr, "csr", "crk+renorm", (), seed=171)
-    qs, kw = _callArgs(c.P, q, r)
+    qs, kw = callArgs(c.P, q, r)
     dx = torch.ones_like(q.positions)
     geo = dict(queryTangentState=ParticleTangentState(positions=dx))
     omega = torch.full_like(q.supports, 1.1)
@@ -408,11 +282,11 @@ def test_gradient_jvp_rejections(device):
 def test_gradient_jvp_frozen_corrections(device):
     """A primal CRK / renormalization state without a tangent is a frozen correction: the
     JVP equals J·v with zero correction tangents."""
-    q, r, dom = _aliased(2, 10, 180, device)
+    q, r, dom = aliased(2, 10, 180, device)
     pr = props(GRAD, gradientMode=GradientScheme.Difference,
                supportMode=SupportScheme.Gather)
     c = Case(q, r, dom, pr, "csr", "crk+renorm", (), seed=181)
-    c.check(_tangents(c.P, seed=182, names=["pos", "h"]), fd=False, what="frozen corrections")
+    c.check(tangents(c.P, seed=182, names=["pos", "h"]), fd=False, what="frozen corrections")
 
 
 # --------------------------------------------------------------------------------------
@@ -420,23 +294,23 @@ def test_gradient_jvp_frozen_corrections(device):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["aliased", "distinct"])
-def test_gradient_jvp_reverse_over_forward(device, distinct):
+@pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
+def test_gradient_jvp_reverse_over_forward(device, distinctSets):
     """float64 gradcheck of the JVP output w.r.t. positions, supports, the position tangent,
     a CRK tangent member and the frozen values (Poly6: smooth at the self pair)."""
-    if distinct:
-        q, r, dom = _distinct(2, 5, 6, 190, device)
+    if distinctSets:
+        q, r, dom = distinct(2, 5, 6, 190, device)
         pn, hn, vn = "qpos", "rh", "fr"
         tn = ["qpos", "rpos"]
     else:
-        q, r, dom = _aliased(2, 7, 190, device)
+        q, r, dom = aliased(2, 7, 190, device)
         pn, hn, vn = "pos", "h", "f"
         tn = ["pos"]
     pr = props(GRAD, kernel=KernelFunctions.Poly6,
-               gradientMode=GradientScheme.Symmetric if distinct else GradientScheme.Naive,
+               gradientMode=GradientScheme.Symmetric if distinctSets else GradientScheme.Naive,
                supportMode=SupportScheme.KernelMeanSymmetric)
     c = Case(q, r, dom, pr, "csr", "crk+renorm", (), seed=191)
-    T0 = _tangents(c.P, seed=192, names=tn + ["B", "L"])
+    T0 = tangents(c.P, seed=192, names=tn + ["B", "L"])
     names = [pn, hn, vn, "tx", "tB"]
     inputs = [t.detach().clone().requires_grad_() for t in
               (c.P[pn], c.P[hn], c.P[vn], T0[tn[0]], T0["B"])]
