@@ -14,9 +14,6 @@ the absence of host syncs.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 import torch
@@ -41,11 +38,7 @@ from warpSPHCore import (
 )
 from warpSPHCore.corrections import computeCRKFactors
 from warpSPHCore.operations import warpOperation
-
-_spec = importlib.util.spec_from_file_location(
-    "_census_crk", pathlib.Path(__file__).resolve().parents[1] / "neighborhood" / "census.py")
-_census = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_census)
+from warpSPHCore.util import hostSyncCensus as _census
 
 F64 = torch.float64
 W2 = KernelFunctions.Wendland2

@@ -9,9 +9,6 @@ densities; a live forward-mode tangent raises NotImplementedError; no host sync.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 import torch
@@ -31,11 +28,7 @@ from sph_reference import (
 
 from warpSPHCore import KernelFunctions, ParticleState, SupportScheme, latticeDensityFactor
 from warpSPHCore.corrections import computeOmega
-
-_spec = importlib.util.spec_from_file_location(
-    "_census", pathlib.Path(__file__).resolve().parents[1] / "neighborhood" / "census.py")
-_census = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_census)
+from warpSPHCore.util import hostSyncCensus as _census
 
 F64 = torch.float64
 

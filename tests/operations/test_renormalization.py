@@ -15,8 +15,6 @@ unchanged; no host sync (census).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -49,11 +47,7 @@ from warpSPHCore.corrections import (
     pinv_warp,
 )
 from warpSPHCore.operations import warpOperation
-
-_spec = importlib.util.spec_from_file_location(
-    "_census", pathlib.Path(__file__).resolve().parents[1] / "neighborhood" / "census.py")
-_census = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_census)
+from warpSPHCore.util import hostSyncCensus as _census
 
 F64 = torch.float64
 COV = WarpOperation.Covariance
