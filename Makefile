@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all bench lint gpu-check clean
+.PHONY: install demo test test-all bench census lint gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_density.py
 	$(PY) benchmarks/bench_gradient.py
 	$(PY) benchmarks/bench_jvp.py
+
+# Whole-repository host-sync census of one simulated step (autodiff.md §15.2).
+census: $(STAMP)
+	$(PY) scripts/benchmarks/count_host_syncs.py --markdown docs/regression/host-syncs.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
