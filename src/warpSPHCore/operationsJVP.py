@@ -221,7 +221,10 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
             gradHState, renormalizationState, consistentDivergence: the primal call, as for
             `warpOperation`.
         tangentQueryValues, tangentReferenceValues: value tangents (shapes of the values;
-            the reference tangent defaults to the query tangent like the primal's values).
+            None = zero). The reference tangent defaults to the query tangent when the
+            reference values are the query values (``referenceValues`` None or the same
+            tensor), as the primal defaults the values; distinct reference values without a
+            tangent are frozen.
         queryTangentState, referenceTangentState: `ParticleTangentState` (positions
             ``[N, d]``, supports, masses, densities ``[N]``, any None). With a self-interaction
             call (``referenceParticles`` None or the query state) the reference tangent
@@ -249,7 +252,11 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
 
     op = WarpOperation(operationProperties.operation)
     selfRef = referenceParticles is None or referenceParticles is queryParticles
-    if tangentReferenceValues is None:
+    # the reference values are the query values when the primal defaults them (None) or is
+    # given the same tensor: then their tangent is the query tangent; distinct reference
+    # values without a tangent are frozen (zero tangent)
+    if tangentReferenceValues is None and (referenceValues is None
+                                           or referenceValues is queryValues):
         tangentReferenceValues = tangentQueryValues
     if referenceValues is None:
         referenceValues = queryValues
@@ -286,9 +293,13 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     nonlinear = op == WarpOperation.Laplacian and bool(operationProperties.positiveDivergence)
     if not geometry and not (hasValueTangent and nonlinear):
         if hasValueTangent:  # Tier 1: literally the operator on the tangent values
-            return warpOperation(queryParticles, operationProperties, domain,
-                                 queryValues=tangentQueryValues,
-                                 referenceValues=tangentReferenceValues, **primal)
+            tq, tr = tangentQueryValues, tangentReferenceValues
+            if tq is None and queryValues is not None:
+                tq = torch.zeros_like(queryValues)
+            if tr is None and referenceValues is not None:
+                tr = torch.zeros_like(referenceValues)
+            return warpOperation(queryParticles, operationProperties, domain, queryValues=tq,
+                                 referenceValues=tr, **primal)
         with torch.no_grad():
             out = warpOperation(queryParticles, operationProperties, domain,
                                 queryValues=queryValues, referenceValues=referenceValues,

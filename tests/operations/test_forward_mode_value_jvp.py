@@ -306,3 +306,34 @@ def test_value_jvp_combined_is_sum(device, cfg):
     zq = torch.zeros_like(tq)
     zr = None if tr is None else torch.zeros_like(tr)
     assert torch.equal(c.jvp(zq, zr, **geo), geometry), cfg.name
+
+
+@pytest.mark.parametrize("op", [OP.Interpolate, OP.Gradient, OP.Laplacian], ids=lambda o: o.name)
+def test_reference_value_tangent_default(device, op):
+    """The reference value tangent defaults to the query tangent only when the reference
+    values are the query values (``referenceValues`` None or the same tensor); distinct
+    reference values without a tangent are frozen (J·v w.r.t. the query values alone)."""
+    dom = makeDomain(2, F64, device)
+    q, r = marginPair(7, 9, 2, F64, device, seed=500, domain=dom)
+    adj = neighbourStructure("csr", q, dom, r)
+    pr = props(op)
+    fq, fr = _randn((7, 2), 501, device), _randn((9, 2), 502, device)
+    tq = _randn((7, 2), 503, device)
+    kw = dict(adjacency=adj, referenceParticles=r)
+    out = warpOperationJVP(q, pr, dom, queryValues=fq, referenceValues=fr,
+                           tangentQueryValues=tq, **kw)
+    zero = warpOperationJVP(q, pr, dom, queryValues=fq, referenceValues=fr,
+                            tangentQueryValues=tq, tangentReferenceValues=torch.zeros_like(fr),
+                            **kw)
+    assert torch.equal(out, zero)
+    checkJVP(lambda a: warpOperation(q, pr, dom, queryValues=a, referenceValues=fr, **kw),
+             [fq], [tq], out, what=f"{op.name} frozen reference values")
+    # self interaction: referenceValues None or the same tensor -> the query tangent
+    s = marginCloud(9, 2, F64, device, seed=504, domain=dom)
+    sadj = neighbourStructure("csr", s, dom)
+    f, t = _randn((9, 2), 505, device), _randn((9, 2), 506, device)
+    a = warpOperationJVP(s, pr, dom, queryValues=f, tangentQueryValues=t, adjacency=sadj)
+    b = warpOperationJVP(s, pr, dom, queryValues=f, referenceValues=f, tangentQueryValues=t,
+                         adjacency=sadj)
+    assert torch.equal(a, b)
+    assert torch.equal(a, warpOperation(s, pr, dom, queryValues=t, adjacency=sadj))
