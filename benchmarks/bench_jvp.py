@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_gradient import setup, torchWendland2Gradient  # noqa: E402
+from bench_gradient import _sync, setup, torchWendland2Gradient  # noqa: E402
 from run import cpuInfo  # noqa: E402
 
 from warpSPHCore import ParticleState, ParticleTangentState  # noqa: E402
@@ -75,44 +75,48 @@ def runners(p, dom, adj, props, f, v):
             x_ij = pos[i] - pos[j]
             x_ij = x_ij - L * torch.round(x_ij / L)
             g = (f[j] * V[j])[:, None] * torchWendland2Gradient(x_ij, h, d)
-            out = torch.zeros(n, d, dtype=p.positions.dtype).index_add(0, i, g)
+            out = torch.zeros(n, d, dtype=p.positions.dtype,
+                              device=p.positions.device).index_add(0, i, g)
             return fwAD.unpack_dual(out).tangent
 
     return {"primal": primal, "jvp": jvp, "dual": dual, "dead_dual": deadDual,
             "torch_fwd_ad": torchForwardAD}
 
 
-def interleavedMedians(fns, repeats):
+def interleavedMedians(fns, repeats, device):
     times = {k: [] for k in fns}
     for fn in fns.values():
         fn()
+    _sync(device)
     for _ in range(repeats):
         for k, fn in fns.items():
             t0 = time.perf_counter()
             fn()
+            _sync(device)
             times[k].append((time.perf_counter() - t0) * 1e3)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "jvp.json"))
     args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
-    device = torch.device("cpu")
+    device = torch.device(args.device)
     p, dom, adj, props, f, _ = setup(128, 2, device, dtype)
     v = torch.randn(p.positions.shape, generator=torch.Generator().manual_seed(7),
-                    dtype=torch.float64).to(dtype)
+                    dtype=torch.float64).to(device=device, dtype=dtype)
     fns = runners(p, dom, adj, props, f, v)
     ref = fns["torch_fwd_ad"]()
     ours = fns["jvp"]()
     diff = {k: float((fns[k]() - ref).abs().max() / ref.abs().max()) for k in ("jvp", "dual")}
     dead = fns["dead_dual"]()
-    ms = interleavedMedians(fns, args.repeats)
+    ms = interleavedMedians(fns, args.repeats, device)
     res = {
-        "meta": {"dtype": args.dtype, "host": cpuInfo(), "torch": torch.__version__,
+        "meta": {"dtype": args.dtype, "device": str(device), "host": cpuInfo(), "torch": torch.__version__,
                  "warp": wp.config.version, "torch_threads": torch.get_num_threads()},
         "N": int(p.positions.shape[0]), "pairs": int(adj.i.numel()), "median_ms": ms,
         "jvp_over_primal": ms["jvp"] / ms["primal"],
@@ -122,7 +126,7 @@ def main(argv=None) -> int:
         "max_rel_diff_vs_torch": diff, "dead_dual_tangent_is_zero": bool((dead == 0).all()),
         "jvp_shape": list(ours.shape),
     }
-    print(f"Gradient JVP (positions), 2D {res['N']}, {res['pairs']} pairs, cpu {args.dtype}, "
+    print(f"Gradient JVP (positions), 2D {res['N']}, {res['pairs']} pairs, {device} {args.dtype}, "
           f"median of {args.repeats} interleaved rounds")
     print(f"{'case':28s} {'ms':>9s} {'ratio':>8s} {'target':>22s}")
     print("-" * 70)
