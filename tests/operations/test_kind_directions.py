@@ -701,3 +701,46 @@ def test_forward_mode_saved_kinds_inplace_change_detected(device, route):
     kinds.add_(0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_builder_jvps_under_mode(device, mode):
+    """computeCRKFactorsJVP and computeRenormalizationMatricesJVP under every mode: equal to
+    J·v of the builders built under the same mode (limited / fallback rows: zero on both
+    sides)."""
+    from jvp_helpers import assertClose, jacobianJVP
+
+    from warpSPHCore import ParticleTangentState
+    from warpSPHCore.corrections import (
+        computeCRKFactorsJVP,
+        computeRenormalizationMatricesJVP,
+    )
+
+    dom, q, _ = _case(2, device, seed=7, dense=True)
+    adj = neighbourStructure("csr", q, dom)
+    v = torch.randn(q.positions.shape, generator=torch.Generator().manual_seed(8),
+                    dtype=F64).to(device)
+    qt = ParticleTangentState(positions=v)
+
+    def state(x):
+        return ParticleState(x, q.supports, q.masses, q.kinds, q.densities)
+
+    def crkFlat(x):
+        V, _, s = computeCRKFactors(state(x), dom, W2, operationMode=mode, adjacency=adj)
+        return torch.cat([V, s.A, s.B.reshape(-1), s.gradA.reshape(-1), s.gradB.reshape(-1)])
+
+    V, dV, _, dcrk = computeCRKFactorsJVP(q, dom, W2, qt, operationMode=mode, adjacency=adj)
+    got = torch.cat([dV, dcrk.A, dcrk.B.reshape(-1), dcrk.gradA.reshape(-1),
+                     dcrk.gradB.reshape(-1)])
+    assertClose(got, jacobianJVP(crkFlat, [q.positions], [v]), what=f"CRK mode {mode}")
+
+    pr = _props(WarpOperation.Gradient, mode)
+
+    def L(x):
+        return computeRenormalizationMatrices(state(x), pr, dom, adjacency=adj,
+                                              returnEigVals=False).renormalizationMatrices
+
+    _, dL = computeRenormalizationMatricesJVP(q, pr, dom, qt, adjacency=adj,
+                                              returnEigVals=False)
+    assertClose(dL.renormalizationMatrices, jacobianJVP(L, [q.positions], [v]),
+                what=f"renormalization mode {mode}")
