@@ -125,7 +125,14 @@ class ExecutionMode(IntEnum):
 
 
 def supportSchemeToUint(scheme) -> int:
-    """Map a `SupportScheme` member to its integer value (11-16); ValueError otherwise."""
+    """Map a `SupportScheme` member to its integer value (11-16); ValueError otherwise.
+
+    Args:
+        scheme: a `SupportScheme` member or its int value.
+
+    Returns:
+        The int value (11-16) of the scheme.
+    """
     if isinstance(scheme, SupportScheme):
         return int(scheme.value)
     if isinstance(scheme, int) and not isinstance(scheme, bool):

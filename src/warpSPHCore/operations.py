@@ -185,16 +185,19 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         operationProperties: `OperationProperties` (operation, kernel, schemes, mode,
             calibration).
         domain: `DomainDescription`.
-        queryValues, referenceValues: fields ``[N, *S]``; referenceValues defaults to
-            queryValues.
-        queryVolumes, referenceVolumes: ``[N]``; referenceVolumes defaults to queryVolumes.
+        queryValues: query field ``[N_q, *S]``.
+        referenceValues: reference field ``[N_r, *S]``; defaults to queryValues.
+        queryVolumes: query volumes ``[N_q]``.
+        referenceVolumes: reference volumes ``[N_r]``; defaults to queryVolumes.
         adjacency: `AdjacencyList` (CSR), `CompactHashMap` (grid), or None (a grid is built
             per call, sync-free).
         referenceParticles: defaults to queryParticles (the same objects).
         preScatteredQuantities: not supported (NotImplementedError when given).
-        crkState: `CRKState`; gradHState: `GradHState`, tensor or tuple;
+        crkState: `CRKState`.
+        gradHState: `GradHState`, tensor or tuple.
         renormalizationState: `RenormalizationState` or tensor.
-        consistentDivergence, covarianceReturnNumNeighbors: for Divergence / Covariance.
+        consistentDivergence: bool, for Divergence.
+        covarianceReturnNumNeighbors: bool, for Covariance.
 
     Returns:
         Tensor (Covariance with counts: a tuple) on the input device with the input dtype.
@@ -499,6 +502,48 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
     laplacianMode Default. `queryKinds`/`referenceKinds` (int32 ``[N]``) are required keyword
     arguments. Each `useX` flag must agree with its tensors (flag without tensors, or tensors
     without flag, raise ValueError). Derivatives as for `warpOperation`.
+
+    Args:
+        queryPositions: float ``[N_q, d]``.
+        referencePositions: float ``[N_r, d]``.
+        querySupports: float ``[N_q]`` support radii.
+        referenceSupports: float ``[N_r]`` support radii.
+        queryMasses: float ``[N_q]``.
+        referenceMasses: float ``[N_r]``.
+        queryDensities: float ``[N_q]`` or None.
+        referenceDensities: float ``[N_r]`` or None.
+        queryValues: query field ``[N_q, *S]`` or None.
+        referenceValues: reference field ``[N_r, *S]`` or None.
+        domain: `DomainDescription`.
+        adjacency: `AdjacencyList`, `CompactHashMap` or None (a grid is built per call).
+        operation: `WarpOperation` (default Interpolate).
+        kernel: `KernelFunctions` (default Wendland4).
+        supportMode: `SupportScheme` (default Gather).
+        gradientMode: `GradientScheme` (default Naive).
+        laplacianMode: `LaplacianScheme` (default Default).
+        operationMode: `OperationDirection` (default AllToAll).
+        positiveDivergence: bool, for the Laplacian (see `OperationProperties`).
+        consistentDivergence: bool, for Divergence (see `warpOperation`).
+        divergenceDotMode: bool, contract the last field axis in Divergence.
+        preScatteredQuantities: not supported (NotImplementedError when given).
+        queryKinds: int32 ``[N_q]`` `ParticleType` codes (required keyword).
+        referenceKinds: int32 ``[N_r]`` `ParticleType` codes (required keyword).
+        useGradientRenormalization: use ``renormalizationMatrices``.
+        renormalizationMatrices: ``[N_q, d, d]`` renormalization matrices L or None.
+        useGradHTerms: use ``queryOmegas`` / ``referenceOmegas``.
+        queryOmegas: ``[N_q]`` grad-h terms Omega or None.
+        referenceOmegas: ``[N_r]`` grad-h terms or None (defaults to queryOmegas).
+        useVolume: use ``queryVolumes`` / ``referenceVolumes``.
+        queryVolumes: ``[N_q]`` or None.
+        referenceVolumes: ``[N_r]`` or None.
+        useCRK: use the CRK tensors.
+        crk_A: CRK ``A [N_q]`` or None.
+        crk_B: CRK ``B [N_q, d]`` or None.
+        crk_gradA: CRK ``gradA [N_q, d]`` or None.
+        crk_gradB: CRK ``gradB [N_q, d, d]`` or None.
+
+    Returns:
+        The output of `warpOperation` for the assembled states.
     """
     _flagMatches(useGradientRenormalization, "useGradientRenormalization",
                  {"renormalizationMatrices": renormalizationMatrices},

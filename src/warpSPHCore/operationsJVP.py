@@ -216,23 +216,35 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     tangent only).
 
     Args:
-        queryParticles, operationProperties, domain, queryValues, referenceValues,
-            queryVolumes, referenceVolumes, adjacency, referenceParticles, crkState,
-            gradHState, renormalizationState, consistentDivergence: the primal call, as for
-            `warpOperation`.
-        tangentQueryValues, tangentReferenceValues: value tangents (shapes of the values;
-            None = zero). The reference tangent defaults to the query tangent when the
+        queryParticles: primal argument, as for `warpOperation`.
+        operationProperties: primal argument, as for `warpOperation`.
+        domain: primal argument, as for `warpOperation`.
+        queryValues: primal argument, as for `warpOperation`.
+        referenceValues: primal argument, as for `warpOperation`.
+        queryVolumes: primal argument, as for `warpOperation`.
+        referenceVolumes: primal argument, as for `warpOperation`.
+        adjacency: primal argument, as for `warpOperation`.
+        referenceParticles: primal argument, as for `warpOperation`.
+        crkState: primal argument, as for `warpOperation`.
+        gradHState: primal argument, as for `warpOperation`.
+        renormalizationState: primal argument, as for `warpOperation`.
+        consistentDivergence: primal argument, as for `warpOperation`.
+        tangentQueryValues: tangent of queryValues (shape of the values; None = zero).
+        tangentReferenceValues: tangent of referenceValues (shape of the values; None =
+            zero). The reference tangent defaults to the query tangent when the
             reference values are the query values (``referenceValues`` None or the same
             tensor), as the primal defaults the values; distinct reference values without a
             tangent are frozen.
-        queryTangentState, referenceTangentState: `ParticleTangentState` (positions
-            ``[N, d]``, supports, masses, densities ``[N]``, any None). With a self-interaction
-            call (``referenceParticles`` None or the query state) the reference tangent
-            defaults to the query tangent. Query masses are never read: their tangent raises
-            (pass reference masses).
-        tangentReferenceVolumes: ``[N_r]`` tangent of referenceVolumes;
-            tangentQueryVolumes: rejected (query volumes are never read).
-        crkTangentState: `CRKTangentState` (all four members) of `crkState`;
+        queryTangentState: `ParticleTangentState` of the query set (positions ``[N_q, d]``,
+            supports, masses, densities ``[N_q]``, any None). Query masses are never read:
+            their tangent raises (pass reference masses).
+        referenceTangentState: `ParticleTangentState` of the reference set (positions
+            ``[N_r, d]``, supports, masses, densities ``[N_r]``, any None). With a
+            self-interaction call (``referenceParticles`` None or the query state) the
+            reference tangent defaults to the query tangent.
+        tangentQueryVolumes: rejected (query volumes are never read).
+        tangentReferenceVolumes: ``[N_r]`` tangent of referenceVolumes.
+        crkTangentState: `CRKTangentState` (all four members) of `crkState`.
         renormalizationTangentState: `RenormalizationTangentState` or ``[N_q, d, d]``.
 
     Returns:

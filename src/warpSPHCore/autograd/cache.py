@@ -63,7 +63,14 @@ def _devKey(device) -> str:
 
 
 def getCachedDummyTensor(shape, dtype: torch.dtype, device, fillValue=0.0) -> torch.Tensor:
-    """Shared placeholder tensor of `shape` filled with `fillValue` (read-only by contract)."""
+    """Shared placeholder tensor of `shape` filled with `fillValue` (read-only by contract).
+
+    Args:
+        shape: an int or a tuple of ints.
+        dtype: torch dtype of the tensor.
+        device: torch device (or device string).
+        fillValue: the constant fill value.
+    """
     if isinstance(shape, int):
         shape = (shape,)
     shape = tuple(int(s) for s in shape)
@@ -77,7 +84,14 @@ def getCachedDummyTensor(shape, dtype: torch.dtype, device, fillValue=0.0) -> to
 
 
 def getCachedIdentityMatrices(n: int, d: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Shared ``[n, d, d]`` identity matrices (read-only by contract)."""
+    """Shared ``[n, d, d]`` identity matrices (read-only by contract).
+
+    Args:
+        n: number of matrices.
+        d: matrix size.
+        dtype: torch dtype of the tensor.
+        device: torch device (or device string).
+    """
     dev = _devKey(device)
     key = (int(n), int(d), dtype, dev)
     t = _IDENTITIES.get(key)

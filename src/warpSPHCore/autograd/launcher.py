@@ -90,6 +90,10 @@ def castTorchToWarpAsBuiltins(t: torch.Tensor, requires_grad: bool = False) -> w
     """Fresh (uncached) Warp view of `t` in the kernel ABI's dtypes (module docstring).
 
     With ``requires_grad`` the view owns a torch-allocated zero gradient buffer.
+
+    Args:
+        t: the torch tensor (at least 1-d; 0-d tensors raise TypeError).
+        requires_grad: give the view a zero gradient buffer.
     """
     return castTorchToWarp(t, warpDtypeAsBuiltins(t), requires_grad=requires_grad)
 
@@ -100,6 +104,11 @@ def castTorchToWarp(t: torch.Tensor, dtype=None, requires_grad: bool = False) ->
     The view is built from ``t.detach()`` with canonical strides (a copy only when the
     tensor is non-contiguous, has degenerate strides or is empty). With ``requires_grad``
     the view owns a zero gradient buffer allocated by torch (on torch's current stream).
+
+    Args:
+        t: the torch tensor.
+        dtype: Warp dtype of the view, or None for the plain array of ``t``'s scalar type.
+        requires_grad: give the view a zero gradient buffer.
     """
     ensureWarp()
     td = canonical(t)
@@ -129,6 +138,15 @@ def allocateTorchWarp(shape, dtype, device, requires_grad: bool):
     ``shape`` is the Warp array shape (int or tuple); the torch tensor additionally carries
     the trailing component axes of a vector/matrix ``dtype``. With ``requires_grad`` (float
     dtypes only) the view owns a zero adjoint buffer that no caller tensor aliases.
+
+    Args:
+        shape: Warp array shape, an int or a tuple of ints.
+        dtype: Warp dtype of the output (scalar, vector or matrix).
+        device: the torch / Warp device of the allocation.
+        requires_grad: allocate an adjoint buffer (float dtypes only).
+
+    Returns:
+        ``(tensor, array)``: the zero torch tensor and its Warp view.
     """
     ensureWarp()
     shape = tuple(int(s) for s in shape) if isinstance(shape, (tuple, list, torch.Size)) \

@@ -118,7 +118,11 @@ def _liveTangentMask(tangents) -> list:
 
 
 def hasLiveTangent(t) -> bool:
-    """Single-tensor form of `_liveTangentMask` (None/empty: False; else one readback)."""
+    """Single-tensor form of `_liveTangentMask` (None/empty: False; else one readback).
+
+    Args:
+        t: a tangent tensor or None.
+    """
     if not _isCandidate(t):
         return False
     return _liveTangentMask([t])[0]

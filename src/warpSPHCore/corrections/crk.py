@@ -373,9 +373,20 @@ def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
     `CRKState` with their tangents in the direction of the particle tangents.
 
     Args:
-        queryParticles, domain, kernel, operationMode, adjacency, referenceState,
-            referenceAdjacency: the primal call, as for `computeCRKFactors` (same kinds
-            masking, traversals and limiter).
+        queryParticles: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        domain: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        kernel: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        operationMode: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        adjacency: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        referenceState: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
+        referenceAdjacency: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
+            limiter).
         queryTangentState: `ParticleTangentState` of the query set (positions ``[N_q, d]``,
             supports ``[N_q]``; None fields or None: zero). Masses and densities are accepted
             and not read (no returned output depends on them).
@@ -391,9 +402,9 @@ def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
 
         * ``dV_j = -V_j^2 sum_k dW(x_jk, h_j)`` (Gather on R; 0 where V = 0);
         * the moment tangents from `crkMomentsJVPKernel` (dV_j included, Hessian and
-          d grad W / dh in the spatial-derivative moments);
+            d grad W / dh in the spatial-derivative moments);
         * ``dA, dB, d gradA, d gradB`` the exact derivatives of step 4 (`_termsJVP`);
-          limited rows (identity correction) have exactly zero tangent.
+            limited rows (identity correction) have exactly zero tangent.
 
     The results are reverse-differentiable w.r.t. primals and tangents (the Warp launches go
     through the bridge, the rest is torch). No host synchronisation.

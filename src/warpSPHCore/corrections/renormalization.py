@@ -284,13 +284,17 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
     as ``renormalizationState`` to `warpOperation`.
 
     Args:
-        queryParticles, referenceParticles: `ParticleState` (reference defaults to query).
+        queryParticles: query `ParticleState`.
         operationProperties: `OperationProperties`; a copy with ``operation=Covariance`` is
             used (the caller's object is unchanged).
         domain: `DomainDescription`.
-        queryVolumes, referenceVolumes: ``[N]`` or None.
+        queryVolumes: ``[N_q]`` or None.
+        referenceVolumes: ``[N_r]`` or None.
         adjacency: `AdjacencyList`, `CompactHashMap` or None.
-        crkState, gradHState, renormalizationState: correction states or None.
+        referenceParticles: reference `ParticleState` (defaults to queryParticles).
+        crkState: `CRKState` or None.
+        gradHState: `GradHState` or None.
+        renormalizationState: `RenormalizationState` or None.
         returnEigVals: False returns only the state.
 
     Returns:
@@ -334,11 +338,17 @@ def computeRenormalizationMatricesJVP(queryParticles, operationProperties, domai
       truncated pseudo-inverse.
 
     Args:
-        queryParticles, operationProperties, domain, queryVolumes, referenceVolumes,
-            adjacency, referenceParticles: the primal call (`computeRenormalizationMatrices`).
-        queryTangentState, referenceTangentState: `ParticleTangentState` or None (the
-            reference tangent defaults to the query tangent for a self-interaction call);
-            query masses are never read (their tangent raises, as in `warpOperationJVP`).
+        queryParticles: primal argument, as for `computeRenormalizationMatrices`.
+        operationProperties: primal argument, as for `computeRenormalizationMatrices`.
+        domain: primal argument, as for `computeRenormalizationMatrices`.
+        queryVolumes: primal argument, as for `computeRenormalizationMatrices`.
+        referenceVolumes: primal argument, as for `computeRenormalizationMatrices`.
+        adjacency: primal argument, as for `computeRenormalizationMatrices`.
+        referenceParticles: primal argument, as for `computeRenormalizationMatrices`.
+        queryTangentState: `ParticleTangentState` of the query set or None; query masses
+            are never read (their tangent raises, as in `warpOperationJVP`).
+        referenceTangentState: `ParticleTangentState` of the reference set or None (the
+            reference tangent defaults to the query tangent for a self-interaction call).
         tangentReferenceVolumes: ``[N_r]`` tangent of `referenceVolumes` or None.
         returnEigVals: False returns only the two states.
 

@@ -40,9 +40,11 @@ class CRKState:
     """CRK correction of the query particles (`operators.md` §4.3).
 
     Args:
-        A: ``[N]``; B: ``[N, d]``; gradA: ``[N, d]``; gradB: ``[N, d, d]`` with
-        ``gradB[i, k, c] = d_k B_c`` (row = derivative). gradA/gradB may be None only for
-        Interpolate (checked by the operator).
+        A: ``[N]``.
+        B: ``[N, d]``.
+        gradA: ``[N, d]``.
+        gradB: ``[N, d, d]`` with ``gradB[i, k, c] = d_k B_c`` (row = derivative).
+            gradA/gradB may be None only for Interpolate (checked by the operator).
     """
 
     A: torch.Tensor

@@ -39,7 +39,8 @@ class DomainDescription:
     """Axis-aligned box ``[min, max]`` with per-axis periodicity (`operators.md` §1.2).
 
     Args:
-        min, max: ``[d]`` tensors of the call's float dtype and device.
+        min: ``[d]`` lower corner, a tensor of the call's float dtype and device.
+        max: ``[d]`` upper corner, a tensor of the call's float dtype and device.
         periodic: ``[d]`` bool tensor (a list of bools, a bool or None are converted).
         dim: d; inferred from ``min`` when None.
 

@@ -15,7 +15,8 @@ class LatticeSample:
 
     Args:
         positions: ``[N, d]`` float64 particle positions, inside ``[boxMin, boxMax)``.
-        boxMin, boxMax: ``[d]`` float64 box corners.
+        boxMin: ``[d]`` float64 lower box corner.
+        boxMax: ``[d]`` float64 upper box corner.
         nearestNeighborDistance: nearest-neighbour distance of the unjittered lattice (the
             same under the periodic minimum image, since the box is a periodic supercell).
         numParticles: N.

@@ -40,6 +40,13 @@ DENSITY_CORRECTION_CONSTANTS: dict[tuple[int, K], tuple[float, float]] = {
 def densityCorrectionConstants(kernel, d: int) -> tuple[float, float]:
     """The fitted (ε100, α) of the self-term correction for (kernel, d).
 
+    Args:
+        kernel: Wendland2, Wendland4 or Wendland6 (`KernelFunctions`).
+        d: dimension, 2 or 3.
+
+    Returns:
+        ``(eps100, alpha)`` as Python floats.
+
     Raises:
         ValueError: for any pair other than Wendland2/4/6 in 2D or 3D (the message lists the
             supported pairs).

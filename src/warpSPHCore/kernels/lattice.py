@@ -129,6 +129,10 @@ def shellCounts(jmax: int, d: int) -> np.ndarray:
     The count is built one coordinate at a time: r_d(j) = Σ_{n_d} r_{d−1}(j − n_d²), starting
     from r_1 (1 at j = 0, 2 at every positive square). Exact int64 counts.
 
+    Args:
+        jmax: largest squared norm j counted (non-negative int).
+        d: lattice dimension, 1, 2 or 3.
+
     Returns:
         int64 array of length jmax + 1.
     """
@@ -189,6 +193,11 @@ def latticeDensityShells(kernel, n_h: float, d: int) -> float:
     """L = (C_d / n_h^d) Σ_{j=0}^{⌊n_h²⌋} r_d(j) k(√j / n_h) (uncached; host float64).
 
     Exact for every real n_h > 0; the cost is O(n_h^2 · n_h) for the shell counts.
+
+    Args:
+        kernel: a `KernelFunctions` member other than ViscosityKernel and AdhesionKernel.
+        n_h: support in lattice spacings, h/s (positive finite).
+        d: 1, 2 or 3.
     """
     owner = "latticeDensityShells"
     kernel = _calibratable(owner, kernel)
@@ -304,6 +313,12 @@ def latticeDensityFourier(kernel, n_h: float, d: int, sMax: float = FOURIER_S_MA
 
     A cross-check of `latticeDensityShells`; see the module docstring for its accuracy (the
     truncation of the sum at sMax = 150 dominates).
+
+    Args:
+        kernel: a `KernelFunctions` member other than ViscosityKernel and AdhesionKernel.
+        n_h: support in lattice spacings, h/s (positive finite).
+        d: 1, 2 or 3.
+        sMax: truncation of the Poisson sum in Fourier frequency (default 150).
     """
     owner = "latticeDensityFourier"
     kernel = _calibratable(owner, kernel)
@@ -374,6 +389,10 @@ def epsteinZeta(s: float, d: int) -> float:
     direct sum over |m|² ≤ 400 is used instead (its tail is below 1e-18 relative). Relative
     accuracy about 1e-14. Examples: Z_1(s) = 2ζ(s); Z_2(4) = 4 ζ(2) G (Catalan's G);
     Z_3(6) = 8.40192397…
+
+    Args:
+        s: exponent, a float with s > d.
+        d: lattice dimension, 1, 2 or 3.
     """
     owner = "epsteinZeta"
     d = checkDim(owner, d)
@@ -428,6 +447,11 @@ def latticeDensityClosed(kernel, n_h: float, d: int) -> float:
     L_closed = 1 + C_d Σ_{p odd} a_p c(p, d) (2π n_h)^−(d+p) Z_d(d+p); see the module
     docstring for the derivation and its accuracy (it omits the oscillatory support-edge
     terms, so it tracks the n_h-average of L, not L itself). Other kernels raise ValueError.
+
+    Args:
+        kernel: a Wendland `KernelFunctions` member (Wendland2, Wendland4, Wendland6).
+        n_h: support in lattice spacings, h/s (positive finite).
+        d: 1, 2 or 3.
     """
     owner = "latticeDensityClosed"
     kernel = _calibratable(owner, kernel)
@@ -502,6 +526,12 @@ def latticeDensityFactor(kernel, n_h: float, d: int, method: str = "shells") -> 
     Same arguments and errors as `latticeDensity`. For CohesionKernel L may be ≤ 0; the
     factor is then returned as computed (negative, or +inf for L = 0) and the launch check
     (`kernels.md` §9.2) rejects it.
+
+    Args:
+        kernel: a `KernelFunctions` member other than ViscosityKernel and AdhesionKernel.
+        n_h: support in lattice spacings, h/s (positive finite).
+        d: 1, 2 or 3.
+        method: 'shells' (default), 'fourier' or 'closed', as for `latticeDensity`.
     """
     L = latticeDensity(kernel, n_h, d, method)
     return math.inf if L == 0.0 else 1.0 / L
@@ -515,5 +545,8 @@ def latticeDensityIsStrictlyAbove1(kernel) -> bool:
     `latticeDensityClosed`) is positive, and the shells sum was verified to stay above 1 on a
     fine n_h grid over [0.3, 20] in d = 1, 2, 3 (minimum L − 1 ≈ 2e-11, Wendland6 3D at
     n_h = 20). The splines, for example, cross 1 (CubicSpline 2D: 1/L = 1.0000424 at n_h = 4).
+
+    Args:
+        kernel: a `KernelFunctions` member.
     """
     return asKernel("latticeDensityIsStrictlyAbove1", kernel) in _WENDLAND

@@ -45,27 +45,46 @@ __all__ = [
 
 
 def sphKernelC_d(kernel, d: int) -> float:
-    """Normalisation C_d of `kernel` in dimension `d` (`kernels.md` §3), a float64 host value."""
+    """Normalisation C_d of `kernel` in dimension `d` (`kernels.md` §3), a float64 host value.
+
+    Args:
+        kernel: a `KernelFunctions` member.
+        d: dimension, 1, 2 or 3.
+    """
     kernel = asKernel("sphKernelC_d", kernel)
     d = checkDim("sphKernelC_d", d)
     return C_D[kernel][d - 1]
 
 
 def sphKernelScale(kernel, d: int) -> float:
-    """kernelScale = H / h_DA of `kernel` in dimension `d` (tabulated, `kernels.md` §7)."""
+    """kernelScale = H / h_DA of `kernel` in dimension `d` (tabulated, `kernels.md` §7).
+
+    Args:
+        kernel: a `KernelFunctions` member.
+        d: dimension, 1, 2 or 3.
+    """
     kernel = asKernel("sphKernelScale", kernel)
     d = checkDim("sphKernelScale", d)
     return KERNEL_SCALE[kernel][d - 1]
 
 
 def packingRatio(kernel) -> float:
-    """Packing ratio η = h_DA / Δx (Dehnen & Aly 2012, Table 2; 1 for unlisted kernels)."""
+    """Packing ratio η = h_DA / Δx (Dehnen & Aly 2012, Table 2; 1 for unlisted kernels).
+
+    Args:
+        kernel: a `KernelFunctions` member.
+    """
     kernel = asKernel("packingRatio", kernel)
     return PACKING_RATIO[kernel]
 
 
 def sphKernel_xi(kernel, d: int) -> float:
-    """ξ = η · kernelScale = H / Δx: the support radius in particle spacings."""
+    """ξ = η · kernelScale = H / Δx: the support radius in particle spacings.
+
+    Args:
+        kernel: a `KernelFunctions` member.
+        d: dimension, 1, 2 or 3.
+    """
     kernel = asKernel("sphKernel_xi", kernel)
     d = checkDim("sphKernel_xi", d)
     return PACKING_RATIO[kernel] * KERNEL_SCALE[kernel][d - 1]
@@ -75,6 +94,10 @@ def sphKernelN_H(kernel, d: int) -> float:
     """N_H = V_d · (η · kernelScale)^d: expected neighbour count inside the support H.
 
     Examples (`kernels.md` §7): 2D Wendland2 25.008, 3D Wendland2 100.016.
+
+    Args:
+        kernel: a `KernelFunctions` member.
+        d: dimension, 1, 2 or 3.
     """
     kernel = asKernel("sphKernelN_H", kernel)
     d = checkDim("sphKernelN_H", d)
@@ -173,6 +196,10 @@ def n_h_to_nH(n_h, d: int):
     """Neighbour count N_H = V_d · n_h^d of a support of n_h lattice spacings.
 
     `n_h` may be a positive number, a NumPy array or a float tensor (element-wise).
+
+    Args:
+        n_h: support in lattice spacings (number, NumPy array or float tensor).
+        d: dimension, 1, 2 or 3.
     """
     d = checkDim("n_h_to_nH", d)
     n_h = _checkRatioArg("n_h_to_nH", "n_h", n_h)
@@ -181,7 +208,12 @@ def n_h_to_nH(n_h, d: int):
 
 
 def nH_to_n_h(nH, d: int):
-    """Inverse of `n_h_to_nH`: n_h = (N_H / V_d)^(1/d)."""
+    """Inverse of `n_h_to_nH`: n_h = (N_H / V_d)^(1/d).
+
+    Args:
+        nH: neighbour count N_H (number, NumPy array or float tensor, element-wise).
+        d: dimension, 1, 2 or 3.
+    """
     d = checkDim("nH_to_n_h", d)
     nH = _checkRatioArg("nH_to_n_h", "nH", nH)
     x = nH / UNIT_BALL_VOLUME[d - 1]

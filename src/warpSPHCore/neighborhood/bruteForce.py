@@ -98,10 +98,13 @@ def radiusNaive(x, y, hx, hy, periodic=None, minDomain=None, maxDomain=None, mod
     """Brute-force radius search: every (i, j) with ``r_ij <= threshold``.
 
     Args:
-        x: float ``[N, d]`` first (query) set; y: ``[M, d]`` second (reference) set.
-        hx, hy: ``[N]``, ``[M]`` supports.
-        periodic: bool per axis (tensor, list or None); minDomain, maxDomain: ``[d]`` bounds
-            (required for periodic axes).
+        x: float ``[N, d]`` first (query) set.
+        y: float ``[M, d]`` second (reference) set.
+        hx: ``[N]`` supports of ``x``.
+        hy: ``[M]`` supports of ``y``.
+        periodic: bool per axis (tensor, list or None).
+        minDomain: ``[d]`` lower domain bound (required for periodic axes).
+        maxDomain: ``[d]`` upper domain bound (required for periodic axes).
         mode: ``'gather'`` (h of the first argument), ``'scatter'`` (h of the second),
             ``'meanSymmetric'`` ((h_i + h_j)/2), ``'symmetric'`` / ``'superSymmetric'``
             (max), or a `SupportScheme` member.
@@ -126,7 +129,15 @@ def radiusNaive(x, y, hx, hy, periodic=None, minDomain=None, maxDomain=None, mod
 
 def radiusNaiveFixed(x, y, h, periodic=None, minDomain=None, maxDomain=None):
     """`radiusNaive` with one scalar support ``h`` (float or 0-d/1-element tensor) for every
-    pair. Returns ``(ii, jj)`` int64, lexicographically sorted."""
+    pair. Returns ``(ii, jj)`` int64, lexicographically sorted.
+
+    Args:
+        x: float ``[N, d]`` first (query) set.
+        y: float ``[M, d]`` second (reference) set.
+        h: the common support, a float or a 0-d/1-element tensor.
+        periodic: bool per axis (tensor, list or None).
+        minDomain: ``[d]`` lower domain bound (required for periodic axes).
+        maxDomain: ``[d]`` upper domain bound (required for periodic axes)."""
     r = pairDistances(x, y, periodic, minDomain, maxDomain)
     h = torch.as_tensor(h, dtype=r.dtype, device=r.device).reshape(())
     return _pairs(r <= h)

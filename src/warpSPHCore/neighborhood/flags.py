@@ -160,6 +160,14 @@ def checkGridValidity(hashMap, where: str = "checkGridValidity") -> None:
     """Read a grid's validity flags (ONE readback) and raise like the search.
 
     For the opt-in ``WARPSPHCORE_CHECK_GRID=1`` path of operators that build a grid per call.
+
+    Args:
+        hashMap: the `CompactHashMap` whose ``validityFlags`` (and ``hMax``, ``qMin``,
+            ``qMax``) are read back.
+        where: name of the caller, used as the prefix of the error message.
+
+    Raises:
+        ValueError: invalid inputs recorded in the flags, as the search raises them.
     """
     zero = torch.zeros(1, dtype=torch.int64, device=hashMap.validityFlags.device)
     _, flags, hMax, dMin, dMax = readback(zero, hashMap.validityFlags, hashMap.hMax,

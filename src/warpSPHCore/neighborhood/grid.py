@@ -241,7 +241,8 @@ def buildCompactHashMap(queryPositions, referencePositions, querySupports, refer
     Args:
         queryPositions: float ``[N_q, d]`` (d = 1, 2, 3).
         referencePositions: float ``[N_r, d]`` (pass the same tensor for one set).
-        querySupports, referenceSupports: float ``[N_q]``, ``[N_r]`` support radii.
+        querySupports: float ``[N_q]`` query support radii.
+        referenceSupports: float ``[N_r]`` reference support radii.
         periodicity: bool ``[d]`` tensor, a list of d bools, or None (all False).
         domain: `DomainDescription` (or an object with ``.min``/``.max``, or a (min, max) pair).
         mode: `SupportScheme` sizing the grid support.

@@ -203,13 +203,16 @@ def radiusSearchCompactHashMap_(queryPositions, referencePositions, querySupport
     """Positional (flat-tensor) form of `radiusSearchCompactHashMap`.
 
     Args:
-        queryPositions, referencePositions: float ``[N_q, d]``, ``[N_r, d]`` (the same tensor
-            for one set).
-        querySupports, referenceSupports: float ``[N_q]``, ``[N_r]``.
+        queryPositions: float ``[N_q, d]``.
+        referencePositions: float ``[N_r, d]`` (the same tensor as queryPositions for one
+            set).
+        querySupports: float ``[N_q]``.
+        referenceSupports: float ``[N_r]``.
         periodicity: bool ``[d]`` tensor, list of bools or None (overrides the domain's).
         domainDescription: `DomainDescription` (or ``.min``/``.max`` bag, or a (min, max) pair).
-        mode: `SupportScheme`; hashMapLength: table length L; returnCompactHashMap: also
-            return the grid.
+        mode: `SupportScheme`.
+        hashMapLength: table length L.
+        returnCompactHashMap: also return the grid.
 
     Returns / raises as `radiusSearchCompactHashMap` (exactly one readback).
     """

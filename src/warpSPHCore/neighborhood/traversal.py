@@ -121,7 +121,11 @@ _GRID_TYPES = {torch.float32: gridData_f32, torch.float64: gridData_f64}
 
 
 def gridDataType(dtype: torch.dtype):
-    """The `gridData_*` struct class for a torch float dtype."""
+    """The `gridData_*` struct class for a torch float dtype.
+
+    Args:
+        dtype: torch.float32 (`gridData_f32`) or torch.float64 (`gridData_f64`).
+    """
     try:
         return _GRID_TYPES[dtype]
     except KeyError:
@@ -131,7 +135,12 @@ def gridDataType(dtype: torch.dtype):
 
 def makeAdjacencyData(adjacency) -> adjacencyData:
     """Fill an `adjacencyData` struct from an `AdjacencyList` (zero-copy views; the list must
-    outlive the struct)."""
+    outlive the struct).
+
+    Args:
+        adjacency: the `AdjacencyList` (int64 ``j [E]``, int32 ``edgeOffsets [N_q]`` and
+            ``numNeighbors [N_q]``).
+    """
     s = adjacencyData()
     s.neighborList = toWarp(adjacency.j, wp.int64)
     s.neighborOffsets = toWarp(adjacency.edgeOffsets, wp.int32)
@@ -142,7 +151,9 @@ def makeAdjacencyData(adjacency) -> adjacencyData:
 def makeGridData(hashMap, periodicity: torch.Tensor | None = None):
     """Fill a `gridData_*` struct from a `CompactHashMap` (zero-copy views).
 
-    ``periodicity``: bool ``[d]``; defaults to the periodicity the grid was built with.
+    Args:
+        hashMap: the `CompactHashMap` (float32 or float64; the struct type follows its dtype).
+        periodicity: bool ``[d]``; defaults to the periodicity the grid was built with.
     """
     if periodicity is None:
         periodicity = hashMap.periodicity
@@ -224,7 +235,12 @@ def cellHash(c: wp.vec3l, D: wp.int32, L: wp.int64) -> wp.int64:
 
 @wp.func
 def gridQueryCell(grid: Any, x: Any) -> wp.vec3l:
-    """Cell of a (current, possibly unwrapped) position, exactly as the build bins."""
+    """Cell of a (current, possibly unwrapped) position, exactly as the build bins.
+
+    Args:
+        grid: a `gridData_f32` / `gridData_f64` struct (from `makeGridData`).
+        x: the position, a Warp vector of the grid's float type and dimension.
+    """
     c = wp.vec3l(wp.int64(0), wp.int64(0), wp.int64(0))
     for k in range(grid.D):
         ck, pk = axisCell(x[k], grid.qMin[k], grid.qMax[k], grid.numCells[k], grid.periodicity[k])
@@ -313,7 +329,13 @@ def findCell(grid: Any, n: wp.vec3l) -> wp.vec2i:
 @wp.func
 def checkOffset(grid: Any, c: wp.vec3l, offsetIndex: wp.int32) -> wp.vec2i:
     """Sorted-slot range ``(first, count)`` of stencil cell ``offsetIndex`` around query
-    cell ``c`` (from `gridQueryCell`), or (-1, -1) if skipped, duplicate or unoccupied."""
+    cell ``c`` (from `gridQueryCell`), or (-1, -1) if skipped, duplicate or unoccupied.
+
+    Args:
+        grid: a `gridData_f32` / `gridData_f64` struct (from `makeGridData`).
+        c: the query cell, ``wp.vec3l`` (unused axes 0).
+        offsetIndex: int32 index into the grid's 3^d stencil offsets ``cellOffsets``.
+    """
     res = wp.vec2i(-1, -1)
     if offsetIndex >= 0 and offsetIndex < grid.cellOffsets.shape[0]:
         valid, n, wraps = neighborCell(grid, c, grid.cellOffsets[offsetIndex])
@@ -324,14 +346,25 @@ def checkOffset(grid: Any, c: wp.vec3l, offsetIndex: wp.int32) -> wp.vec2i:
 
 @wp.func
 def checkOffsetPosition(grid: Any, x: Any, offsetIndex: wp.int32) -> wp.vec2i:
-    """`checkOffset` recomputing the query cell from the current (unwrapped) position."""
+    """`checkOffset` recomputing the query cell from the current (unwrapped) position.
+
+    Args:
+        grid: a `gridData_f32` / `gridData_f64` struct (from `makeGridData`).
+        x: the query position, a Warp vector of the grid's float type and dimension.
+        offsetIndex: int32 index into the grid's 3^d stencil offsets ``cellOffsets``.
+    """
     return checkOffset(grid, gridQueryCell(grid, x), offsetIndex)
 
 
 @wp.func
 def getIndexRange(adj: Any, i: wp.int32) -> wp.vec2i:
     """CSR row ``(neighborOffsets[i], numNeighbors[i])``, clamped to ``[0, E)``; (0, 0) for a
-    row index outside the arrays."""
+    row index outside the arrays.
+
+    Args:
+        adj: an `adjacencyData` struct (from `makeAdjacencyData`).
+        i: int32 query (row) index.
+    """
     E = adj.neighborList.shape[0]
     res = wp.vec2i(0, 0)
     if i >= 0 and i < adj.neighborOffsets.shape[0] and i < adj.numNeighbors.shape[0]:

@@ -225,10 +225,11 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
     buffered list are not recovered (the buffer guarantees there are none while valid).
 
     Args:
-        queryParticles, referenceParticles: current states (reference default: query set).
+        queryParticles: current query state.
         domain: `DomainDescription`.
         adjacency: the buffered `AdjacencyList` (numRows = N_q, numCols = N_r).
         supportMode: `SupportScheme` of the exact threshold.
+        referenceParticles: current reference state (default: the query set).
 
     Returns:
         AdjacencyList with pairs in the buffered list's order.
