@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all bench census lint gpu-check clean
+.PHONY: install demo test test-all bench census docs lint gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP)
 census: $(STAMP)
 	$(PY) scripts/benchmarks/count_host_syncs.py --markdown docs/regression/host-syncs.md
 
+# The documentation site in ./site (warnings are errors).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 
@@ -44,4 +48,4 @@ gpu-check:
 	bash scripts/gpu_check.sh
 
 clean:
-	rm -rf $(VENV) warpsph-out .pytest_cache
+	rm -rf $(VENV) warpsph-out .pytest_cache site

@@ -1,5 +1,6 @@
-"""The `warpsph` command line: `info` lists versions and kernels; `demo` writes a figure and
-a JSON summary whose numbers are consistent with a brute-force search."""
+"""The `warpsph` command line: `info` lists versions and kernels; `demo search` writes a figure
+and a JSON summary whose numbers are consistent with a brute-force search (the other demo
+parts: `test_demo.py`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_info_lists_versions_and_every_kernel(capsys):
 
 def test_demo_writes_outputs(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["demo", "--nx", "24", "--repeats", "1", "--out", str(out), "--quiet",
+    rc = main(["demo", "search", "--nx", "24", "--repeats", "1", "--out", str(out), "--quiet",
                "--precision", "float64", "--check", "10000"])
     assert rc == 0
     summary = json.loads((out / "demo.json").read_text())

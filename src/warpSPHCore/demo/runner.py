@@ -1,0 +1,86 @@
+"""`warpsph demo`: run the parts, write ``results.json`` and ``report.md`` next to the figures,
+print a summary table.
+
+Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|search``):
+
+1. ``accuracy``: SPH derivatives on jittered lattices, plain vs CRK vs renormalized, orders;
+2. ``inverse``: particle positions optimised with torch.optim (reverse mode) so that their
+   density draws a ring;
+3. ``jfnk``: an implicit nonlinear wave equation by Newton-GMRES with forward-mode matvecs;
+4. ``search``: the neighbour search on a jittered lattice against brute force (run by
+   ``all`` too, at its small default size).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from . import accuracy, inverse, jfnk
+
+__all__ = ["PARTS", "runParts", "writeReport"]
+
+PARTS = {"accuracy": accuracy.run, "inverse": inverse.run, "jfnk": jfnk.run}
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) or isinstance(x, (int, str, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def runParts(names, out: Path, size="default", device="cpu", quiet=False) -> dict:
+    """Run the named parts (in order) and return ``{name: summary}`` with their wall times."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in names:
+        t0 = time.perf_counter()
+        res = PARTS[name](out, size=size, device=device, quiet=quiet)
+        res["wallSeconds"] = time.perf_counter() - t0
+        results[name] = res
+    return results
+
+
+def writeReport(results: dict, out: Path, size: str, device, extra=None) -> Path:
+    """``report.md`` (the parts' sections, the figures embedded) and ``results.json``."""
+    import warp as wp
+
+    from .. import __version__
+
+    out = Path(out)
+    head = ["# warpSPHCore demo report", "",
+            f"warpSPHCore {__version__}, torch {torch.__version__}, warp-lang {wp.config.version},"
+            f" Python {platform.python_version()}, device {device}, size `{size}`, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}. Every number below was computed by this run "
+            "(`results.json` has them all).", ""]
+    body = [results[name]["report"] for name in results]
+    times = ["## Run time", "", "| part | seconds |", "|---|---|"]
+    times += [f"| {name} | {r['wallSeconds']:.1f} |" for name, r in results.items()]
+    if extra:
+        body.append(extra)
+    path = out / "report.md"
+    path.write_text("\n".join(head + body + times) + "\n")
+    (out / "results.json").write_text(json.dumps(_jsonable(
+        {name: {k: v for k, v in r.items() if k != "report"} for name, r in results.items()}),
+        indent=2))
+    return path
+
+
+def printSummary(results: dict) -> None:
+    rows = [(q, v) for r in results.values() for q, v in r.get("table", [])]
+    rows += [(f"{name}: wall seconds", f"{r['wallSeconds']:.1f}") for name, r in results.items()]
+    width = max(len(q) for q, _ in rows)
+    print()
+    print("warpSPHCore demo summary")
+    print("-" * (width + 22))
+    for q, v in rows:
+        print(f"  {q:{width}s}  {v}")
