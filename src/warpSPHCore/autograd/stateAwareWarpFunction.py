@@ -91,6 +91,13 @@ def _gradTensor(wa: wp.array) -> torch.Tensor:
     return t if t is not None else wp.to_torch(g, requires_grad=False)
 
 
+def _activeWarpTape():
+    """The wp.Tape currently recording (None when none is, or when Warp's runtime is not
+    initialised); entering a second tape would raise an anonymous Warp RuntimeError."""
+    runtime = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
+    return getattr(runtime, "tape", None)
+
+
 def _kernelName(kernel) -> str:
     return str(getattr(kernel, "key", None) or getattr(kernel, "__name__", None) or kernel)
 
@@ -153,12 +160,20 @@ class StateAwareWarpFunction(torch.autograd.Function):
         # 3. convert (zero-on-acquire for every grad view)
         useCache = (not anyRG) or fieldCacheGradEnabled()
         warpArrays = []
+        # one view per tensor object within the call, cached or not: an aliased tensor (the
+        # same object in two roles) then has one gradient buffer that backward reports once,
+        # so the cache gates cannot change the summation order of its gradient (bitwise
+        # identical results with the caches disabled)
+        views = {}
         with recordFunction("warpSPHCore::bridge::convert"):
             for t, it, rg in zip(flat_tensors, isTensor, needsGrad):
                 if it:
-                    wa = getCachedWarpArray(t, use_cache=useCache, requires_grad=rg)
-                    if rg:
-                        _gradTensor(wa).zero_()  # torch op: torch's current stream
+                    wa = views.get(id(t))
+                    if wa is None:
+                        wa = getCachedWarpArray(t, use_cache=useCache, requires_grad=rg)
+                        if rg:
+                            _gradTensor(wa).zero_()  # torch op: torch's current stream
+                        views[id(t)] = wa
                     warpArrays.append(wa)
                 elif isinstance(t, Field):
                     warpArrays.append(t.array)
@@ -173,6 +188,12 @@ class StateAwareWarpFunction(torch.autograd.Function):
         # 5. launch (under a fresh tape only when something requires grad)
         with recordFunction("warpSPHCore::bridge::launch"):
             if anyRG:
+                if _activeWarpTape() is not None:
+                    raise NotImplementedError(
+                        f"{_kernelName(kernel)}: called inside an active wp.Tape while a "
+                        "tensor requires grad; the Warp bridge records its own tape. Call "
+                        "warpSPHCore operators outside `with wp.Tape():` and differentiate "
+                        "with torch.autograd")
                 tape = wp.Tape()
                 with tape:
                     result = launcher(kernel, output_shape, output_dtype, *args)
