@@ -23,8 +23,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# Every test, the slow ones included, and the larger hypothesis profile of the fuzz tests.
 test-all: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m ""
+	WARPSPHCORE_HYPOTHESIS_PROFILE=all $(PY) -m pytest -q -p no:cacheprovider -m ""
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
