@@ -314,8 +314,10 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     _checkPopulation("referenceValues", referenceValues, nR, "the number of references")
     if (queryValues is not None and referenceValues is not None
             and tuple(queryValues.shape[1:]) != tuple(referenceValues.shape[1:])):
-        raise ValueError(f"{_WHERE}: {op.name}: query and reference field shapes differ "
-                         f"({tuple(queryValues.shape)} vs {tuple(referenceValues.shape)})")
+        raise ValueError(f"{_WHERE}: {op.name}: queryValues and referenceValues have "
+                         f"different field shapes ({tuple(queryValues.shape)} vs "
+                         f"{tuple(referenceValues.shape)}); accepted: [N_q, *S] and [N_r, *S] "
+                         "with the same trailing shape S")
     if op == WarpOperation.Interpolate:
         if referenceValues is None:
             raise ValueError(f"{_WHERE}: Interpolate needs referenceValues (or queryValues)")
@@ -555,7 +557,8 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
                  {"queryVolumes": queryVolumes, "referenceVolumes": referenceVolumes}, ())
     if useVolume and queryVolumes is None and referenceVolumes is None:
         raise ValueError("sphOperation_warp: useVolume=True but queryVolumes and "
-                         "referenceVolumes are None")
+                         "referenceVolumes are None; pass referenceVolumes (or queryVolumes) "
+                         "or leave the flag False")
     _flagMatches(useCRK, "useCRK",
                  {"crk_A": crk_A, "crk_B": crk_B, "crk_gradA": crk_gradA,
                   "crk_gradB": crk_gradB}, ("crk_A", "crk_B"))

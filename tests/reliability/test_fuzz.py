@@ -13,6 +13,7 @@ Profiles (tests/reliability/conftest.py): ``ci`` (default, derandomized) and ``a
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 import types
 
@@ -859,10 +860,19 @@ def test_inside_user_tape_is_named():
 # --- final: every rejection was actionable ------------------------------------------------
 
 
+# what a message says about the input and the remedy: "accepted: ...", "got ...", "has shape
+# ...", "must ...", "pass ... or ...", "use ...", "... is not supported", etc.
+_ACTIONABLE = re.compile(r"accept|expected|must|supported|only|use |requires|need|pass |"
+                         r"not (a |supported|implemented)|got|found|has ", re.I)
+
+
 def test_zz_every_rejection_names_function_or_argument():
-    """Runs last (file order): each collected message names the function or the argument."""
+    """Runs last (file order): each collected message names the function or the argument and
+    says what was found or what is accepted (or what to do instead)."""
     assert REJECTIONS, "no rejection was collected (run the whole file)"
     bad = [(t, m) for t, m, names in REJECTIONS if not any(n in m for n in names)]
     assert not bad, bad
+    vague = [(t, m) for t, m, _ in REJECTIONS if not _ACTIONABLE.search(m)]
+    assert not vague, vague
     total = sum(EXAMPLES.values())
     print(f"\nfuzz examples: {total} ({EXAMPLES}); rejections: {len(REJECTIONS)}")
