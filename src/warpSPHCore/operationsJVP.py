@@ -137,21 +137,21 @@ def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
                                       "with Brookshaw, Dot and Default only")
 
 
-def _selectsByValues(op: WarpOperation, ctx) -> bool:
+def _selectsByValues(op: WarpOperation, properties) -> bool:
     """True for the one value operator that is not linear in its values: the Laplacian with
     ``positiveDivergence`` keeps a pair only if ``x_ij . q_ij >= 0``, a selection made by the
     values themselves. Its value JVP is not the operator on the tangent values (that would
     select pairs by the tangent's sign) but the primal's selection applied to the tangent,
     which the Tier-2 kernel computes with the values frozen (exact away from the switching
     surface ``x_ij . q_ij = 0``)."""
-    return op == WarpOperation.Laplacian and bool(ctx.properties.positiveDivergence)
+    return op == WarpOperation.Laplacian and bool(properties.positiveDivergence)
 
 
 def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
     """The JVP of one prepared call in the raw flat output layout (module docstring)."""
     spec = operatorEntry(op).spec
     valueName = _valueExtra(spec)
-    if not t.hasGeometry and not (t.tValues is not None and _selectsByValues(op, ctx)):
+    if not t.hasGeometry and not (t.tValues is not None and _selectsByValues(op, ctx.properties)):
         if t.tValues is None:
             s = ctx.query.positions
             return torch.zeros(_rawShape(spec, ctx, extras), dtype=s.dtype, device=s.device)
@@ -302,8 +302,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                   adjacency=adjacency, referenceParticles=referenceParticles, crkState=crkState,
                   gradHState=gradHState, renormalizationState=renormalizationState,
                   consistentDivergence=consistentDivergence)
-    nonlinear = op == WarpOperation.Laplacian and bool(operationProperties.positiveDivergence)
-    if not geometry and not (hasValueTangent and nonlinear):
+    if not geometry and not (hasValueTangent and _selectsByValues(op, operationProperties)):
         if hasValueTangent:  # Tier 1: literally the operator on the tangent values
             tq, tr = tangentQueryValues, tangentReferenceValues
             if tq is None and queryValues is not None:

@@ -89,6 +89,14 @@ def _bridgeLaunch(kernel, C, outputDtypes, jvp=None):
 # tangent is reverse-differentiable (reverse over forward).
 
 
+def _inverseTangent(L, dC, symmetrise):
+    """``-L dC L`` for ``[N, d, d]`` matrices (dC symmetrised first when the primal inverts
+    the symmetric part, as the 2D closed form does)."""
+    if symmetrise:
+        dC = 0.5 * (dC + dC.transpose(1, 2))
+    return -torch.einsum("nab,nbc,ncd->nad", L, dC, L)
+
+
 def _pinv1JVP(C, dC):
     L = _bridgeLaunch(pinv1Kernel, C, (warpScalar(C.dtype),))
     return -(L * L) * dC
@@ -99,7 +107,7 @@ def _pinv2JVP(C, dC):
     L, _ = _bridgeLaunch(pinv2Kernel, C, (wp.types.matrix(shape=(2, 2), dtype=s),
                                           wp.types.vector(length=2, dtype=s)))
     dS = 0.5 * (dC + dC.transpose(1, 2))  # the kernel inverts the symmetrised C
-    dL = -torch.einsum("nab,nbc,ncd->nad", L, dS, L)
+    dL = _inverseTangent(L, dS, False)
     # eigenvalues (a + c +- root) / 2 of [[a, b], [b, c]], root = sqrt((a - c)^2 + 4 b^2),
     # ordered (big, small) by magnitude like the kernel; d root = 0 where root = 0 (W9)
     a, c = C[:, 0, 0], C[:, 1, 1]
@@ -119,7 +127,7 @@ def _pinv2JVP(C, dC):
 def _pinv3JVP(C, dC):
     L = _bridgeLaunch(pinv3Kernel, C, (wp.types.matrix(shape=(3, 3),
                                                        dtype=warpScalar(C.dtype)),))
-    return -torch.einsum("nab,nbc,ncd->nad", L, dC, L)
+    return _inverseTangent(L, dC, False)
 
 
 def _checkMatrices(owner: str, C, d: int | None = None):
@@ -371,9 +379,7 @@ def computeRenormalizationMatricesJVP(queryParticles, operationProperties, domai
     C = _identityFallback(C, n)
     dC = torch.where(low, torch.zeros((), dtype=dC.dtype, device=dC.device), dC)
     L, eigVals = pinv_warp(C)
-    if int(C.shape[1]) == 2:
-        dC = 0.5 * (dC + dC.transpose(1, 2))
-    dL = -torch.einsum("nab,nbc,ncd->nad", L, dC, L)
+    dL = _inverseTangent(L, dC, int(C.shape[1]) == 2)
     state = RenormalizationState(L)
     tangentState = RenormalizationTangentState(dL.contiguous())
     if not returnEigVals:
