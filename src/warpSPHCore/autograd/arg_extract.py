@@ -22,6 +22,8 @@ correction          useGradientRenormalization, renormalizationMatrices (matDxD)
                     queryGradB (matDxD), referenceA/B/GradA/GradB
 correctionTangent   the correction arrays without use* flags, plus presence flags
                     hasRenormalization, hasVolume, hasGradH, hasCRK
+tangent             the Tier-2 tangent pack (forward mode)
+cotangent           the reverse pack of a hand-written reverse kernel (`autograd.reverse`)
 domain              domainMin, domainMax (scalar), periodicity (bool), dim (int32)
 kernelState         kernelFunction (int32), supportMode (uint32), gradientMode (int32),
                     laplacianMode (int32), positiveDivergenceMode (bool), divergenceMode
@@ -188,6 +190,24 @@ def _tangentFields(vec, mat, s):
     }
 
 
+def _cotangentFields(vec, mat, s):
+    """The reverse pack of a hand-written reverse kernel (`autograd.reverse`): the primal field
+    values, the output cotangent (``seed``, one d-vector per output row) and the gradient
+    buffers it scatters into, each with a presence flag (an input without grad has no buffer
+    and its flag is False, so nothing is written for it)."""
+    return {
+        "values": wp.array(dtype=s), "seed": wp.array(dtype=vec),
+        "qPositions": wp.array(dtype=vec), "qSupports": wp.array(dtype=s),
+        "qDensities": wp.array(dtype=s),
+        "rPositions": wp.array(dtype=vec), "rSupports": wp.array(dtype=s),
+        "rMasses": wp.array(dtype=s), "rDensities": wp.array(dtype=s),
+        "rVolumes": wp.array(dtype=s), "gValues": wp.array(dtype=s),
+        "hasQPositions": wp.bool, "hasQSupports": wp.bool, "hasQDensities": wp.bool,
+        "hasRPositions": wp.bool, "hasRSupports": wp.bool, "hasRMasses": wp.bool,
+        "hasRDensities": wp.bool, "hasRVolumes": wp.bool, "hasValues": wp.bool,
+    }
+
+
 def _domainFields(s):
     return {
         "domainMin": wp.array(dtype=s),
@@ -226,10 +246,12 @@ for _s in (wp.float32, wp.float64):
             f"correctionTangentData_{_d}_{_sfx}", _correctionTangentFields(_v, _m, _s))
         _STRUCTS[("tangent", _d, _s)] = _struct(f"tangentPack_{_d}_{_sfx}",
                                                 _tangentFields(_v, _m, _s))
+        _STRUCTS[("cotangent", _d, _s)] = _struct(f"cotangentPack_{_d}_{_sfx}",
+                                                  _cotangentFields(_v, _m, _s))
 del _s, _sfx, _d, _v, _m
 
-_KINDS = ("particle", "correction", "correctionTangent", "tangent", "domain", "kernelState",
-          "grid", "adjacency")
+_KINDS = ("particle", "correction", "correctionTangent", "tangent", "cotangent", "domain",
+          "kernelState", "grid", "adjacency")
 
 
 def _asWarpScalar(dtype):
@@ -246,7 +268,7 @@ def structFor(kind: str, dim: int, dtype, mode=ExecutionMode.NONE):
 
     Args:
         kind: one of particle, correction, correctionTangent, tangent (the Tier-2 tangent
-            pack), domain, kernelState, grid, adjacency.
+            pack), cotangent (the reverse pack), domain, kernelState, grid, adjacency.
         dim: 1, 2 or 3 (ignored by the dimension-independent kinds).
         dtype: torch.float32/float64 or wp.float32/wp.float64.
         mode: `ExecutionMode`; NONE, REVERSE, FORWARD and AUTO map to the same classes.
@@ -273,7 +295,8 @@ _ARRAY_DTYPES = {"scalar": lambda d, s: s, "vector": lambda d, s: _VEC[(d, s)],
                  "matrix": lambda d, s: _MAT[(d, s)]}
 
 
-def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = False) -> None:
+def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = False,
+                          cotangent: bool = False) -> None:
     """Declare the float32/float64 x d = 1, 2, 3 overloads of a canonical-ABI kernel.
 
     Call at import, right after the kernel: its module is then compiled once with all six
@@ -281,7 +304,8 @@ def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = Fa
     added an overload (W79, `testing.md` §17). `arrays` maps each generic array argument
     after the eight state arguments to "scalar", "vector" or "matrix" (the call's scalar type,
     d-vector, d x d matrix); concrete arguments (int32 counts, flags) are left out.
-    `tangent=True`: a Tier-2 JVP kernel, whose ninth argument ``tangents`` is the tangent pack.
+    `tangent=True`: a Tier-2 JVP kernel, whose ninth argument ``tangents`` is the tangent pack;
+    `cotangent=True`: a reverse kernel, whose ninth argument ``cotangents`` is the reverse pack.
     """
     arrays = arrays or {}
     for s in (wp.float32, wp.float64):
@@ -297,6 +321,8 @@ def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = Fa
             }
             if tangent:
                 sig["tangents"] = structFor("tangent", d, s)
+            if cotangent:
+                sig["cotangents"] = structFor("cotangent", d, s)
             for name, kind in arrays.items():
                 sig[name] = wp.array(dtype=_ARRAY_DTYPES[kind](d, s))
             wp.overload(kernel, sig)

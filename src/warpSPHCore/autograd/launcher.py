@@ -33,6 +33,7 @@ from ..util.warpContext import ensureWarp
 
 __all__ = [
     "launch_kernel",
+    "launch_reverse",
     "allocateTorchWarp",
     "castTorchToWarpAsBuiltins",
     "castTorchToWarp",
@@ -275,3 +276,19 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
     for o, v in zip(outs, views):
         setattr(o, COURIER, v)
     return tuple(outs) if _isMulti(output_dtype) else outs[0]
+
+
+def launch_reverse(kernel, dim: int, inputs, device) -> None:
+    """Launch a hand-written reverse kernel (`reverse.recordReverse`, at backward time): no
+    outputs (it scatters into gradient buffers), explicit ``device=`` and torch's current
+    stream; nothing for ``dim == 0``.
+
+    Args:
+        kernel: the reverse kernel.
+        dim: thread count.
+        inputs: its arguments.
+        device: the call's Warp device.
+    """
+    if int(dim) > 0:
+        wp.launch(kernel, dim=int(dim), inputs=list(inputs), device=device,
+                  stream=torchStreamAsWarp(device))

@@ -102,6 +102,8 @@ class OperatorSpec:
             the first output's leading size.
         jvp: `JVPSpec` or None.
         tiledKernel: optional multi-lane CUDA variant (`autodiff.md` §8.4).
+        reverse: optional `autograd.reverse.ReverseSpec`, a hand-written reverse kernel used
+            instead of Warp's generated adjoint for the calls it declares eligible.
     """
 
     kernel: Any
@@ -111,6 +113,7 @@ class OperatorSpec:
     numThreads: Any = None
     jvp: Optional[JVPSpec] = None
     tiledKernel: Any = None
+    reverse: Any = None
 
 
 @dataclass(frozen=True)
@@ -235,4 +238,5 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, **extras):
     additional = tuple(extras[e.name] for e in spec.extras)
     kinds = tuple(e.kind for e in spec.extras)
     return _launch(spec.kernel, ctx.stateTuple(), additional, outputShape, outputDtype,
-                   numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=kinds)
+                   numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=kinds,
+                   reverse=spec.reverse)

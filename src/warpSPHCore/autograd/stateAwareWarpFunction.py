@@ -33,9 +33,15 @@ before the per-position gradients and `jvp` drops the six leading tangents.
     ``ctx.saved_tensors`` holds the real tensors of ``flat_tensors`` in order (their
     positions are ``ctx.tensor_positions``). Returns one tangent per forward output.
 
+``build_fn.reverse``
+    Optional `reverse.ReverseSpec`: when the call is eligible, the launch runs outside the
+    tape and the hand-written reverse launch is recorded on it (``tape.record_func``);
+    ``ctx.reverse_route`` names the reverse kernel (None: Warp's generated adjoint).
+
 Gates (read on every forward): ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds
 grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireView`),
-``WARPSPHCORE_DISABLE_BUNDLE`` (in `util.stateBundle`).
+``WARPSPHCORE_DISABLE_BUNDLE`` (in `util.stateBundle`), ``WARPSPHCORE_DISABLE_REVERSE_KERNELS``
+(in `reverse`; "1" keeps every call on the tape path).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from ..util.profiling import recordFunction
 from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
 from .launcher import COURIER, castTorchToWarp, outputIsFloat, torchStreamAsWarp
+from .reverse import recordReverse, reverseKernelsEnabled
 
 __all__ = ["StateAwareWarpFunction", "hasLiveTangent", "fieldCacheGradEnabled",
            "_liveTangentMask", "_N_NON_TENSOR"]
@@ -185,7 +192,10 @@ class StateAwareWarpFunction(torch.autograd.Function):
         with recordFunction("warpSPHCore::bridge::build"):
             args = build_fn(warpArrays, use_bundle=useBundle)
 
-        # 5. launch (under a fresh tape only when something requires grad)
+        # 5. launch (under a fresh tape only when something requires grad; a call eligible
+        #    for the operator's hand-written reverse kernel is launched outside the tape and
+        #    its reverse launch recorded on it below)
+        reverse = getattr(build_fn, "reverse", None)
         with recordFunction("warpSPHCore::bridge::launch"):
             if anyRG:
                 if _activeWarpTape() is not None:
@@ -195,9 +205,16 @@ class StateAwareWarpFunction(torch.autograd.Function):
                         "warpSPHCore operators outside `with wp.Tape():` and differentiate "
                         "with torch.autograd")
                 tape = wp.Tape()
-                with tape:
+                if reverse is not None and not (reverseKernelsEnabled() and
+                                                reverse.eligible(build_fn.config, args)):
+                    reverse = None
+                if reverse is not None:
                     result = launcher(kernel, output_shape, output_dtype, *args)
+                else:
+                    with tape:
+                        result = launcher(kernel, output_shape, output_dtype, *args)
             else:
+                reverse = None
                 tape = None
                 result = launcher(kernel, output_shape, output_dtype, *args)
 
@@ -216,6 +233,9 @@ class StateAwareWarpFunction(torch.autograd.Function):
                 v.grad = castTorchToWarp(torch.zeros_like(o.detach()), v.dtype)
             views.append(v)
 
+        if reverse is not None:
+            recordReverse(tape, reverse, build_fn.config, args, views, warpArrays)
+        ctx.reverse_route = _kernelName(reverse.kernel) if reverse is not None else None
         ctx.output_warp = tuple(views)
         ctx.tape = tape
         ctx.any_requires_grad = anyRG

@@ -79,7 +79,7 @@ def _castScalar(value, scalar):
 
 
 def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, outputDtype=None,
-            numThreads=None, jvp_fn=None, extraKinds=None, lanes=None):
+            numThreads=None, jvp_fn=None, extraKinds=None, lanes=None, reverse=None):
     """Run one operator launch through the bridge.
 
     Args:
@@ -92,6 +92,7 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
         jvp_fn: forward-mode closure or None.
         extraKinds: per extra TENSOR (0) / SCALAR (1); default by isinstance.
         lanes: lanes of an optional tiled kernel.
+        reverse: optional `reverse.ReverseSpec` (a hand-written reverse kernel).
     """
     (query, properties, domain, qVol, rVol, adjacency, reference, crk, gradH,
      renorm) = stateTuple
@@ -101,14 +102,16 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
                                          gradHState=gradH, renormalizationState=renorm)
     return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
                        additionalArguments, outputShape, outputDtype, numThreads=numThreads,
-                       jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes)
+                       jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse)
 
 
 def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outputShape=None,
-                outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None):
+                outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None,
+                reverse=None):
     """The engine behind `_launch` and `jvpCommon.launchGeometryJVP`: `flat` is the state
     list (36 slots, or 36 + the tangent block) and ``build_state(arrays, use_bundle)`` turns
-    its Warp views into the kernel's leading arguments; the extras follow."""
+    its Warp views into the kernel's leading arguments; the extras follow. `reverse` (a
+    `reverse.ReverseSpec`) travels to the bridge as ``build_fn.reverse``."""
     nState = len(flat)
     extras = tuple(additionalArguments)
     if extraKinds is None:
@@ -147,6 +150,7 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
         return args
 
     build_fn.config = build_state.config
+    build_fn.reverse = reverse
 
     wrapped_jvp = jvp_fn
     if jvp_fn is not None and pruned:

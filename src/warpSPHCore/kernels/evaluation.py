@@ -21,6 +21,8 @@ With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h
 `sphGradientD2kDh2`             d^2(grad W)/dh^2
 `sphKernelHessian`              H = k2 A + k1 B (regularised, §5.3)
 `sphKernelHessianDot`           H u without forming H (the position tangent of grad W)
+`sphKernelGradientVJP`          (grad W, H u, u . d(grad W)/dh) from one shape evaluation
+                                (the reverse kernels' per-pair quantities)
 `sphKernelHessianDkDh`          dH/dh (with the derivative of the eps h regularisers)
 `sphKernelThirdDerivative`      T . u (matrix, sum over the last index of T_abc)
 `sphKernelThirdDerivativeContract`  T : G (vector, sum over the last two indices)
@@ -73,6 +75,7 @@ __all__ = [
     "sphGradientD2kDh2",
     "sphKernelHessian",
     "sphKernelHessianDot",
+    "sphKernelGradientVJP",
     "sphKernelHessianDkDh",
     "sphKernelThirdDerivative",
     "sphKernelThirdDerivativeContract",
@@ -237,6 +240,21 @@ def sphKernelHessian(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
     return res
 
 
+@wp.func
+def _hessianDot(x: Any, u: Any, r: Any, q: Any, h: Any, k1: Any, k2: Any):
+    """k2 (A u) + k1 (B u) inside the support, with A and B (and the q < eps diagonal rule)
+    exactly as in `sphKernelHessian`: the one definition of H u."""
+    eps = sphKernelEps(h)
+    eh = eps * h
+    xu = wp.dot(x, u)
+    den = r * r + eh * eh
+    Au = x * (xu / den)
+    if q < eps:
+        Au = Au - wp.cw_mul(wp.cw_mul(x, x), u) / den + u
+    Bu = u / (r + eps * eh) - x * (xu / (r * r * r + eh * eh * eh))
+    return k2 * Au + k1 * Bu
+
+
 @wp.func(inline=False)
 def sphKernelHessianDot(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
     """H u for a vector u without forming H: k2 (A u) + k1 (B u), with A and B (and the
@@ -246,17 +264,34 @@ def sphKernelHessianDot(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
     q = r / h
     res = type(x)()
     if q <= type(h)(1.0):
-        eps = sphKernelEps(h)
-        eh = eps * h
         kk = _radial(x, h, kernel, d)
-        xu = wp.dot(x, u)
-        den = r * r + eh * eh
-        Au = x * (xu / den)
-        if q < eps:
-            Au = Au - wp.cw_mul(wp.cw_mul(x, x), u) / den + u
-        Bu = u / (r + eps * eh) - x * (xu / (r * r * r + eh * eh * eh))
-        res = kk[2] * Au + kk[1] * Bu
+        res = _hessianDot(x, u, r, q, h, kk[1], kk[2])
     return res
+
+
+@wp.func(inline=False)
+def sphKernelGradientVJP(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
+    """(grad W, H u, u . d(grad W)/dh) for a cotangent u, from one shape evaluation: the
+    per-pair quantities of a hand-written reverse kernel (H is symmetric, so the x-adjoint
+    H^T u is H u). The same values as the custom adjoint of `sphKernelGradient` (finite H(0)
+    at coincident points, d(grad W)/dh(0) = 0), without forming H."""
+    r = wp.length(x)
+    q = r / h
+    G = type(x)()
+    Hu = type(x)()
+    gh = type(h)(0.0)
+    if q <= type(h)(1.0):
+        ih = type(h)(1.0) / h
+        s = sphShape(q, kernel, d)
+        c = _cd(kernel, d, h) * _ipow(ih, d)
+        k1 = c * s[1] * ih
+        k2 = c * s[2] * ih * ih
+        m = wp.max(r, sphKernelEps(h))
+        G = x * (k1 / m)
+        Hu = _hessianDot(x, u, r, q, h, k1, k2)
+        g = -(c * ih * ih) * (q * s[2] + type(h)(d + 1) * s[1])
+        gh = wp.dot(x, u) * (g / m)
+    return G, Hu, gh
 
 
 @wp.func(inline=False)

@@ -17,6 +17,8 @@ Three columns:
   rule: the averages of the two single-support tangents, each with its own support tangent,
   for KernelMeanSymmetric/SuperSymmetric; the tangent at h_ij with dh_ij otherwise. (The
   Density HVP's H_ij is `sphKernelGradientJVP_ij` with dh_i = dh_j = 0.)
+* Their cotangents (`sphKernelGradientVJP_ij`): G, H_ij u and the two support adjoints, the
+  exact transpose of `sphKernelGradientJVP_ij`, for hand-written reverse kernels.
 * Helper column (Hessian, kernel Laplacian with its x/h-derivatives and tangent, dW/dh,
   d(grad W)/dh): SuperSymmetric averages 1/2[f(h_i) + f(h_j)]; every other scheme evaluates
   at h_ij, which is max(h_i, h_j) for KernelMeanSymmetric and PartialSymmetric.
@@ -40,6 +42,7 @@ from .evaluation import (
     sphKernelDkDh,
     sphKernelGradient,
     sphKernelGradientJVP,
+    sphKernelGradientVJP,
     sphKernelHessian,
     sphKernelHessianDot,
     sphKernelJVP,
@@ -58,6 +61,7 @@ __all__ = [
     "sphKernelGradientJVP_ij",
     "sphKernelJVPPositions_ij",
     "sphKernelGradientJVPPositions_ij",
+    "sphKernelGradientVJP_ij",
     "sphKernelDkDh_ij",
     "sphGradientDkDh_ij",
     "sphKernelHessian_ij",
@@ -224,6 +228,34 @@ def sphKernelGradientJVPPositions_ij(x_ij: Any, h_i: Any, h_j: Any, dx_ij: Any,
     if avg:
         res = (res + sphKernelHessianDot(x_ij, h_j, dx_ij, kernel, d)) * type(h_i)(0.5)
     return res
+
+
+@wp.func
+def sphKernelGradientVJP_ij(x_ij: Any, h_i: Any, h_j: Any, u: Any, supportMode: Any,
+                            kernel: wp.int32, d: wp.int32):
+    """(G, H_ij u, u . dG/dh_i, u . dG/dh_j) with G = `sphKernelGradient_ij` for a cotangent u:
+    the exact transpose of `sphKernelGradientJVP_ij` (averaged schemes: half of each
+    single-support term; otherwise the tangent of h_ij, `computePairwiseSupportJVP`, with
+    unit tangents, so a max tie goes to h_i in both modes). One shape evaluation per
+    single support (`evaluation.sphKernelGradientVJP`)."""
+    avg = _averaged(supportMode)
+    one = type(h_i)(1.0)
+    zero = type(h_i)(0.0)
+    G, Hu, gh = sphKernelGradientVJP(x_ij, _firstSupport(h_i, h_j, supportMode, avg), u,
+                                     kernel, d)
+    gh_i = gh
+    gh_j = zero
+    if avg:
+        half = type(h_i)(0.5)
+        G2, Hu2, gh2 = sphKernelGradientVJP(x_ij, h_j, u, kernel, d)
+        G = (G + G2) * half
+        Hu = (Hu + Hu2) * half
+        gh_i = gh * half
+        gh_j = gh2 * half
+    else:
+        gh_i = gh * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
+        gh_j = gh * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
+    return G, Hu, gh_i, gh_j
 
 
 # --- helper column: SuperSymmetric averaged, every other scheme at h_ij --------------------

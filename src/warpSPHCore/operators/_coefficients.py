@@ -17,7 +17,10 @@ component `a` of c_ij under the call's gradient scheme:
 
 V_j = referenceVolumes[j] with volumes, else m_j / rho_j; with `consistent`
 (Divergence's ``consistentDivergence``) V_j = referenceVolumes[j] rho_j / rho_i with volumes,
-else m_j / rho_i. Values: ``[query N_q F | reference N_r F]``. Every array read sits in an
+else m_j / rho_i. Values: ``[query N_q F | reference N_r F]``.
+
+`fieldCoefficientVJP_ij` and `apparentVolumeVJP_j` scatter the adjoint of the Gradient's c_ij
+(and V_j) into a reverse pack, for the hand-written reverse kernel (`autograd.reverse`). Every array read sits in an
 explicit if/else (W1); densities are read only behind their presence flags (W61).
 """
 
@@ -29,7 +32,8 @@ import warp as wp
 
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
-__all__ = ["apparentVolume_j", "consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij"]
+__all__ = ["apparentVolume_j", "consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij",
+           "apparentVolumeVJP_j", "fieldCoefficientVJP_ij"]
 
 
 @wp.func
@@ -107,3 +111,66 @@ def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: A
         else:
             c = f_j * V_j
     return c
+
+
+# --- reverse (hand-written reverse kernels, `autograd.reverse`) ------------------------------
+
+
+@wp.func
+def apparentVolumeVJP_j(r: Any, corr: Any, j: wp.int32, adj_V: Any, p: Any):
+    """Scatter the adjoint `adj_V` of `apparentVolume_j` into the reverse pack `p`:
+    referenceVolumes[j] with volumes, else m_j (1 / rho_j) and rho_j (-m_j / rho_j^2)."""
+    if corr.useVolume:
+        if p.hasRVolumes:
+            wp.atomic_add(p.rVolumes, j, adj_V)
+    elif r.hasDensities:
+        rho_j = r.densities[j]
+        if p.hasRMasses:
+            wp.atomic_add(p.rMasses, j, adj_V / rho_j)
+        if p.hasRDensities:
+            wp.atomic_sub(p.rDensities, j, adj_V * r.masses[j] / (rho_j * rho_j))
+
+
+@wp.func
+def fieldCoefficientVJP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, p: Any, adj_c: Any):
+    """Scatter the adjoint `adj_c` of `fieldCoefficient_ij` (``consistent=False``,
+    ``divideQuery=False``, no grad-h: the Gradient's coefficient) into the reverse pack `p`:
+    the values f_i, f_j, the masses, the densities and the reference volumes, each behind its
+    presence flag. The exact partial derivatives of the four schemes (module table)."""
+    offset = q.masses.shape[0] * F
+    jr = offset + j * F + a
+    iq = i * F + a
+    f_j = p.values[jr]
+    f_i = p.values[iq]
+    scheme = ks.gradientMode
+    if scheme == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_i = q.densities[i]
+            rho_j = r.densities[j]
+            m_j = r.masses[j]
+            a_i = f_i / (rho_i * rho_i)
+            a_j = f_j / (rho_j * rho_j)
+            if p.hasRMasses:
+                wp.atomic_add(p.rMasses, j, adj_c * rho_i * (a_i + a_j))
+            if p.hasQDensities:
+                wp.atomic_add(p.qDensities, i, adj_c * m_j * (a_j - a_i))
+            if p.hasRDensities:
+                wp.atomic_sub(p.rDensities, j, adj_c * type(f_j)(2.0) * m_j * rho_i * a_j / rho_j)
+            if p.hasValues:
+                wp.atomic_add(p.gValues, iq, adj_c * m_j / rho_i)
+                wp.atomic_add(p.gValues, jr, adj_c * m_j * rho_i / (rho_j * rho_j))
+    else:
+        V_j = apparentVolume_j(r, corr, j)
+        w = f_j
+        if scheme == 3:
+            w = f_j - f_i
+        elif scheme == 4:
+            w = f_j + f_i
+        apparentVolumeVJP_j(r, corr, j, adj_c * w, p)
+        if p.hasValues:
+            wp.atomic_add(p.gValues, jr, adj_c * V_j)
+            if scheme == 3:
+                wp.atomic_sub(p.gValues, iq, adj_c * V_j)
+            elif scheme == 4:
+                wp.atomic_add(p.gValues, iq, adj_c * V_j)

@@ -27,6 +27,14 @@
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
 
+Reverse kernel (`autograd.reverse`): without CRK, renormalization and grad-h (every scheme,
+support mode, kind mode, calibration, traversal, volumes), backward is the hand-written
+`gradientVJPKernel` instead of Warp's generated adjoint: the primal's thread layout, one
+traversal, ``(G, H u, u . dG/dh_i, u . dG/dh_j)`` from one shape evaluation per single
+support (`kernels.support.sphKernelGradientVJP_ij`; H is symmetric, so the x-adjoint is
+c H u), the coefficient's partial derivatives (`_coefficients.fieldCoefficientVJP_ij`) and
+atomic scatters into the gradient buffers. The other calls keep the tape path.
+
 Forward mode (`autodiff.md` §9.1, §9.5): value tangents alone are Tier 1 (this kernel on the
 tangent values, grad-h included). Geometry tangents: `gradientJVPKernel`, with the primal's
 thread layout (thread (i, a), ``out[i F d + a d + delta]``) and
@@ -44,12 +52,14 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, gradientBuffersWithin, vectorView
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij
+from ._coefficients import fieldCoefficient_ij, fieldCoefficientVJP_ij
 from ._tangents import (
     coefficientTangentPresent,
     correctedGradientJVP_ij,
@@ -60,7 +70,7 @@ from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
 __all__ = ["gradientPairTerm", "gradientKernel", "GRADIENT_SPEC", "gradientJVPPairTerm",
-           "gradientJVPKernel"]
+           "gradientJVPKernel", "gradientVJPPairTerm", "gradientVJPKernel", "GRADIENT_REVERSE"]
 
 
 # Inlined into both traversals: Warp passes struct arguments of a non-inlined function by
@@ -165,6 +175,108 @@ def gradientJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(gradientJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+
+@wp.func
+def gradientVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                        dom: Any, corr: Any, ks: Any, p: Any):
+    """The adjoint of c_ij[a] G_ij (k = a) for the row cotangent u = N seed[i F + a]: scatters
+    c H_ij u to -x_j, c (u . dG/dh) to h_i and h_j and (u . G) dc to the coefficient's
+    inputs (`fieldCoefficientVJP_ij`); returns the x_i adjoint c H_ij u (a d-vector), 0 if
+    reference j fails the mode's test."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        u = p.seed[i * F + k]
+        if ks.calibrateNormalization:
+            u = u * ks.normalizationCoefficient
+        G, Hu, gh_i, gh_j = sphKernelGradientVJP_ij(x_ij, q.supports[i], r.supports[j], u,
+                                                    ks.supportMode, ks.kernelFunction,
+                                                    dom.dim)
+        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, p.values, False, False)
+        fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(G, u))
+        res = c * Hu
+        if p.hasRPositions:
+            wp.atomic_sub(p.rPositions, j, res)
+        if p.hasQSupports:
+            wp.atomic_add(p.qSupports, i, c * gh_i)
+        if p.hasRSupports:
+            wp.atomic_add(p.rSupports, j, c * gh_j)
+    return res
+
+
+gradientVJPCsrSum, gradientVJPGridSum = makeNeighborSum(gradientVJPPairTerm, "gradientVJP",
+                                                        vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def gradientVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                      useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                      correctionData: Any, kernelProperties: Any, cotangents: Any,
+                      fieldWidth: wp.int32):
+    """Thread (i, a): the reverse of `gradientKernel`'s row (i, a) for the cotangent
+    ``cotangents.seed[i F + a]``, one traversal; nothing for a masked query (its row is 0)."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    a = tid - i * fieldWidth
+    ks = kernelProperties
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = gradientVJPCsrSum(adjacencyState, i, a, fieldWidth, queryState,
+                                    referenceState, domainState, correctionData, ks,
+                                    cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = gradientVJPGridSum(gridState, cell, i, a, fieldWidth, queryState,
+                                     referenceState, domainState, correctionData, ks,
+                                     cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(gradientVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
+# query volumes are never read by the Gradient: their gradient is exactly zero)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"},
+                   6: {"queryVolumes", "referenceVolumes"},
+                   8: {"*"}}
+
+
+def _reverseEligible(config, args):
+    """The reverse kernel covers every scheme, support mode, kind mode, calibration,
+    traversal and volumes; CRK, renormalization and grad-h keep the tape path."""
+    return (not config["useCRK"] and not config["useGradientRenormalization"]
+            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
+    pack = structFor("cotangent", config["dim"], config["scalar"])()
+    rows = int(qs.positions.shape[0]) * int(fieldWidth)
+    pack.values = values
+    pack.seed = vectorView(outputs[0].grad, qs.positions.dtype, rows)
+    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
+                             ("qSupports", "hasQSupports", qs.supports),
+                             ("qDensities", "hasQDensities", qs.densities),
+                             ("rPositions", "hasRPositions", rs.positions),
+                             ("rSupports", "hasRSupports", rs.supports),
+                             ("rMasses", "hasRMasses", rs.masses),
+                             ("rDensities", "hasRDensities", rs.densities),
+                             ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                             ("gValues", "hasValues", values)):
+        setattr(pack, field, arr.grad)
+        setattr(pack, flag, arr.grad is not None)
+    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+
+
+GRADIENT_REVERSE = ReverseSpec(kernel=gradientVJPKernel, eligible=_reverseEligible,
+                               build=_reverseLaunch)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -185,4 +297,5 @@ GRADIENT_SPEC = OperatorSpec(
     numThreads=_numThreads,
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
+    reverse=GRADIENT_REVERSE,
 )

@@ -1,0 +1,137 @@
+"""Hand-written reverse kernels: `ReverseSpec` and its bridge hook.
+
+By default the bridge differentiates a launch with Warp's generated adjoint of the primal
+kernel (the launch recorded on a `wp.Tape`). That adjoint is exact (the pair functions
+carry custom adjoints where Warp's own would be wrong, W13/W14) but not cheap: Warp's
+adjoint of a neighbour loop replays the loop's forward, and every differentiated function
+replays the forward of what it calls, so one backward evaluates the kernel shape several
+times per pair. An operator may declare a hand-written reverse kernel for the calls where it
+is exact: one traversal, the per-pair adjoint quantities from one shape evaluation, and
+atomic scatters into the inputs' gradient buffers (docs/performance.md).
+
+`ReverseSpec(kernel, eligible, build)`:
+
+* ``eligible(config, args) -> bool``: host-side test of one call (the `build_fn.config` of
+  `arg_extract.extractStateInfo` and the built kernel arguments), without device access. A
+  call that is not eligible (a correction the kernel does not implement, a gradient buffer on
+  an input it does not write) keeps the tape path.
+* ``build(config, args, outputs) -> (dim, inputs)``: the reverse launch, reading the outputs'
+  adjoint buffers (``outputs[k].grad``) and writing the inputs' ``.grad`` buffers.
+
+The bridge (`StateAwareWarpFunction.forward`) launches an eligible call outside the tape and
+records the reverse launch with ``tape.record_func``, so `backward`, `tape.zero()` and the
+seed handling are the same for both paths. The environment variable
+``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1`` (read on every forward) forces the tape path, for
+A/B comparisons and debugging. The route a call took is ``out.grad_fn.reverse_route`` (the
+reverse kernel's key, or None for the tape).
+
+`gradientBuffersWithin(args, allowed)` is the shared eligibility helper: True when every
+gradient buffer among the arguments' arrays (struct fields included) belongs to an allowed
+(argument index, field) pair.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import warp as wp
+
+from .launcher import deviceOfArgs, launch_reverse
+
+__all__ = ["ReverseSpec", "reverseKernelsEnabled", "gradientBuffersWithin", "recordReverse",
+           "vectorView"]
+
+
+@dataclass(frozen=True)
+class ReverseSpec:
+    """A hand-written reverse kernel of one operator (module docstring).
+
+    Args:
+        kernel: the Warp reverse kernel (launched without a tape; ``enable_backward=False``).
+        eligible: ``(config, args) -> bool``, host-side.
+        build: ``(config, args, outputs) -> (dim, inputs)`` of the reverse launch.
+    """
+
+    kernel: Any
+    eligible: Callable
+    build: Callable
+
+
+def reverseKernelsEnabled() -> bool:
+    """Read gate of ``WARPSPHCORE_DISABLE_REVERSE_KERNELS`` (default: enabled; "1" disables)."""
+    return os.environ.get("WARPSPHCORE_DISABLE_REVERSE_KERNELS", "0") != "1"
+
+
+def _structFields(a):
+    cls = getattr(a, "_cls", None)
+    fields = getattr(cls, "vars", None)
+    return fields if isinstance(fields, dict) else None
+
+
+def gradientBuffersWithin(args, allowed: dict) -> bool:
+    """True when every array with a gradient buffer among `args` is allowed: a plain array
+    argument at index k when ``"*" in allowed[k]``, a struct field ``name`` of argument k when
+    ``name in allowed[k]``.
+
+    Args:
+        args: the built kernel arguments of one call.
+        allowed: ``{argument index: set of field names (or "*")}``.
+    """
+    for k, a in enumerate(args):
+        if isinstance(a, wp.array):
+            if a.grad is not None and "*" not in allowed.get(k, ()):
+                return False
+            continue
+        fields = _structFields(a)
+        if fields is None:
+            continue
+        ok = allowed.get(k, ())
+        for name in fields:
+            v = getattr(a, name, None)
+            if isinstance(v, wp.array) and v.grad is not None and name not in ok:
+                return False
+    return True
+
+
+def vectorView(flat: wp.array, vecType, count: int) -> wp.array:
+    """A zero-copy view of a flat scalar array as `count` vectors of `vecType` (the output
+    cotangent of a derivative-last operator, one d-vector per output row).
+
+    Args:
+        flat: a contiguous scalar array of at least ``count * len(vecType)`` elements.
+        vecType: the Warp vector type.
+        count: number of vectors.
+    """
+    return wp.array(ptr=flat.ptr, dtype=vecType, shape=(count,), device=flat.device,
+                    copy=False)
+
+
+def recordReverse(tape: wp.Tape, spec: ReverseSpec, config: dict, args, outputs, inputs):
+    """Record `spec`'s reverse launch on `tape` (``tape.record_func``): at backward time it
+    builds the launch from the outputs' adjoint buffers and launches on the call's device and
+    torch's current stream.
+
+    Args:
+        tape: the call's tape (recorded in `StateAwareWarpFunction.forward`).
+        spec: the operator's `ReverseSpec`.
+        config: the call's `build_fn.config`.
+        args: the built kernel arguments.
+        outputs: the outputs' Warp views (their ``.grad`` holds the seeds at backward time).
+        inputs: the call's Warp views (their gradient buffers are zeroed by ``tape.zero()``
+            with the outputs').
+    """
+    args = tuple(args)
+    outputs = tuple(outputs)
+    device = deviceOfArgs(args)
+
+    def backward():
+        dim, launchInputs = spec.build(config, args, outputs)
+        launch_reverse(spec.kernel, dim, launchInputs, device)
+
+    # empty arrays have nothing to zero (and `record_func` rejects them)
+    tracked = [a for a in list(outputs) + list(inputs)
+               if isinstance(a, wp.array) and a.grad is not None and a.grad.size > 0]
+    tape.record_func(backward, tracked)
