@@ -165,12 +165,17 @@ def allocateTorchWarp(shape, dtype, device, requires_grad: bool):
     return out, view
 
 
+def structFields(a):
+    """The field declarations of a Warp struct instance (a dict by name), None otherwise."""
+    fields = getattr(getattr(a, "_cls", None), "vars", None)
+    return fields if isinstance(fields, dict) else None
+
+
 def _arrayDevice(a):
     if isinstance(a, wp.array):
         return a.device
-    cls = getattr(a, "_cls", None)
-    fields = getattr(cls, "vars", None)
-    if isinstance(fields, dict):
+    fields = structFields(a)
+    if fields is not None:
         for name in fields:
             dev = _arrayDevice(getattr(a, name, None))
             if dev is not None:

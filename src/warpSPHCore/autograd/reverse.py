@@ -39,7 +39,7 @@ from typing import Any
 
 import warp as wp
 
-from .launcher import deviceOfArgs, launch_reverse
+from .launcher import deviceOfArgs, launch_reverse, structFields
 
 __all__ = ["ReverseSpec", "reverseKernelsEnabled", "gradientBuffersWithin", "recordReverse",
            "vectorView"]
@@ -65,12 +65,6 @@ def reverseKernelsEnabled() -> bool:
     return os.environ.get("WARPSPHCORE_DISABLE_REVERSE_KERNELS", "0") != "1"
 
 
-def _structFields(a):
-    cls = getattr(a, "_cls", None)
-    fields = getattr(cls, "vars", None)
-    return fields if isinstance(fields, dict) else None
-
-
 def gradientBuffersWithin(args, allowed: dict) -> bool:
     """True when every array with a gradient buffer among `args` is allowed: a plain array
     argument at index k when ``"*" in allowed[k]``, a struct field ``name`` of argument k when
@@ -85,7 +79,7 @@ def gradientBuffersWithin(args, allowed: dict) -> bool:
             if a.grad is not None and "*" not in allowed.get(k, ()):
                 return False
             continue
-        fields = _structFields(a)
+        fields = structFields(a)
         if fields is None:
             continue
         ok = allowed.get(k, ())
