@@ -4,17 +4,39 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every transitive dependency of the package and its extras (dev, io, docs), pinned; written by
+# `make lock` (pip-compile). Used as constraints: what no requirement asks for is not installed.
+LOCK := requirements/constraints.txt
 
-.PHONY: install demo test test-all bench census docs lint gpu-check clean
+.PHONY: install lock demo test test-all bench census docs lint gpu-check clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	# torch first: the CPU wheel on disk satisfies the pin; a bare requirement would pull CUDA.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Regenerate $(LOCK) from pyproject.toml. The previous pins are kept where they still satisfy
+# pyproject.toml; `make lock LOCKFLAGS=--upgrade` (or `LOCKFLAGS='-P numpy'`) moves them.
+# Resolved with this machine's pip configuration (torch from the CPU wheel on disk), then:
+# the package's own line (the dev extra names warpSPHCore[io,docs]) is dropped, and torch's
+# local label (+cpu) is cut so that a CUDA build of the same release installed beforehand
+# also satisfies the pin. The file is replaced only when it changes.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet $(if $(wildcard $(LOCK)),-c $(LOCK)) pip-tools
+	mkdir -p $(dir $(LOCK))
+	rm -f $(LOCK).tmp
+	if [ -f $(LOCK) ]; then cp $(LOCK) $(LOCK).tmp; fi
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet $(LOCKFLAGS) \
+		--extra dev --extra io --extra docs --strip-extras --unsafe-package pip \
+		--no-emit-index-url --no-emit-find-links --output-file $(LOCK).tmp pyproject.toml
+	sed -i -e '/^warpsphcore @ /{N;d;}' -e '/^    #   warpsphcore$$/d' \
+		-e 's/^torch==\([^+]*\)+[^ ]*$$/torch==\1/' $(LOCK).tmp
+	if cmp -s $(LOCK).tmp $(LOCK); then rm $(LOCK).tmp; else mv $(LOCK).tmp $(LOCK); fi
 
 demo: $(STAMP)
 	$(VENV)/bin/warpsph demo

@@ -333,16 +333,16 @@ def readParticles(path, *, format=None):
     Returns:
         ``(particles, fields, metadata)``:
 
-        * ``particles``: a `ParticleState` of CPU tensors in the stored dtypes (positions
-          ``[N, d]`` with the original d, not the 3D VTU points) if one was written, else
-          None;
-        * ``fields``: dict ``name -> torch.Tensor`` (CPU, the stored dtype and original shape,
-          e.g. ``[N, d, d]`` for matrix fields) of the extra fields, in writing order; when
-          no ParticleState was written it also holds ``"positions"`` ``[N, d]``;
-        * ``metadata``: dict with ``"format"`` (``'vtu'`` or ``'hdf5'``), ``"dim"`` (int d),
-          ``"numParticles"`` (int N), ``"time"`` (float or None), ``"domain"`` (a
-          `DomainDescription` of CPU tensors in the stored dtype, or None) and
-          ``"warpSPHCoreVersion"`` (str, the writer's version).
+            * ``particles``: a `ParticleState` of CPU tensors in the stored dtypes (positions
+              ``[N, d]`` with the original d, not the 3D VTU points) if one was written, else
+              None;
+            * ``fields``: dict ``name -> torch.Tensor`` (CPU, the stored dtype and original shape,
+              e.g. ``[N, d, d]`` for matrix fields) of the extra fields, in writing order; when
+              no ParticleState was written it also holds ``"positions"`` ``[N, d]``;
+            * ``metadata``: dict with ``"format"`` (``'vtu'`` or ``'hdf5'``), ``"dim"`` (int d),
+              ``"numParticles"`` (int N), ``"time"`` (float or None), ``"domain"`` (a
+              `DomainDescription` of CPU tensors in the stored dtype, or None) and
+              ``"warpSPHCoreVersion"`` (str, the writer's version).
 
     Raises:
         TypeError: ``path`` is not a str / os.PathLike.
