@@ -30,6 +30,17 @@ def _device_params():
     return params
 
 
+@pytest.fixture(autouse=True)
+def _isolateErrorBuffers():
+    """A test that corrupts a neighbour structure on purpose must not leave its recorded
+    error to the next test's readback (`util.errorFlags`)."""
+    yield
+    from warpSPHCore.util import errorFlags
+
+    for key in list(errorFlags._BUFFERS):
+        errorFlags.resetErrors(key)
+
+
 @pytest.fixture(params=_device_params())
 def device(request):
     return torch.device(request.param)

@@ -23,6 +23,7 @@ MODULES = (
     "warpSPHCore.neighborhood",
     "warpSPHCore.autograd",
     "warpSPHCore.dataTypes",
+    "warpSPHCore.util.errorFlags",
 )
 
 # (module, name) -> why this public function may go without an ``Args:`` section. Keep it

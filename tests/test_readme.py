@@ -32,6 +32,7 @@ PAGES = {
     "docs/operators.md": (),
     "docs/corrections.md": ("docs/operators.md",),
     "docs/forward-mode.md": (),
+    "docs/neighborhood.md": (),
 }
 
 

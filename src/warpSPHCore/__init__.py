@@ -76,6 +76,7 @@ from .neighborhood import (
 )
 from .operations import sphOperation_warp, warpOperation, warpOperationHVP, warpOperationJVP
 from .sampling import generateNeighborTestData, sampleDensestLattice
+from .util.errorFlags import NeighborListError, checkErrors, setEagerErrorChecks
 
 __all__ = [
     "__version__",
@@ -114,6 +115,10 @@ __all__ = [
     "RenormalizationState",
     "RenormalizationTangentState",
     "LatticeSample",
+    # deferred error reports of the neighbour traversals
+    "checkErrors",
+    "setEagerErrorChecks",
+    "NeighborListError",
     # neighbour search
     "radiusSearchCompactHashMap",
     "buildCompactHashMap",

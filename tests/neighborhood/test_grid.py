@@ -30,6 +30,7 @@ from warpSPHCore.neighborhood.traversal import (
     makeGridData,
 )
 from warpSPHCore.util.conversion import toWarp
+from warpSPHCore.util.errorFlags import NeighborListError, checkErrors
 from warpSPHCore.util.precision import warpVector
 from warpSPHCore.util.warpContext import launch
 
@@ -126,6 +127,10 @@ def test_csr_traversal_clamps_corrupted_rows(device, dtype):
     launch(csrVisitKernel, dim=12, inputs=[makeAdjacencyData(adj)], outputs=[toWarp(visits)],
            device=device)
     assert int(visits.sum()) >= 0  # completed without a fault
+    # ... and the clamped rows were recorded (issue 14)
+    with pytest.raises(NeighborListError, match=r"query row \d+ has edgeOffsets\[\d+\] = "
+                       r"-?\d+ and numNeighbors\[\d+\] = -?\d+, outside the edge list"):
+        checkErrors(device)
 
 
 def test_grid_structure(device, dtype, dim):

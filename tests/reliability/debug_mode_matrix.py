@@ -1,8 +1,12 @@
 """Run in a subprocess by `test_debug_mode.py`: Warp's debug mode (bounds-checked array
 accesses, `wp.config.mode = "debug"`, set before any kernel module loads), then every operator
 once on a CSR list and a grid, one JVP per operator, the Density HVP, the correction builders
-and the neighbour search, in 2D float64 on a small cloud. Prints OK at the end; an
-out-of-bounds access aborts the process or prints Warp's error, which the test detects."""
+and the neighbour search, in 2D float64 on a small cloud; then the same on corrupted
+structures (issue 14: a list changed in place after the search -- neighbour indices past
+N_r and negative, a row past the edge list, a negative row start -- and a grid with a
+corrupted sorted index), each of which must be skipped, never read out of bounds, and
+reported by `checkErrors()`. Prints OK at the end; an out-of-bounds access aborts the process
+or prints Warp's error, which the test detects."""
 
 import sys
 
@@ -13,14 +17,17 @@ wp.config.mode = "debug"
 import torch  # noqa: E402
 
 from warpSPHCore import (  # noqa: E402
+    AdjacencyList,
     CRKState,
     DomainDescription,
     KernelFunctions,
+    NeighborListError,
     OperationProperties,
     ParticleState,
     ParticleTangentState,
     WarpOperation,
     buildCompactHashMap,
+    checkErrors,
     computeCRKFactors,
     computeRenormalizationMatrices,
     radiusSearchCompactHashMap,
@@ -72,6 +79,48 @@ def main():
     warpOperationHVP(p, OperationProperties(K, operation=W.Density), dom, v, adjacency=csr)
     assert isinstance(crk, CRKState)
     print(f"OK {count} operator calls")
+    checkErrors()
+
+    # corrupted structures (issue 14)
+    from warpSPHCore.dataTypes.adjacency import trustedConstruction
+
+    with trustedConstruction():
+        bad = AdjacencyList(csr.i.clone(), csr.j.clone(), csr.numNeighbors.clone(),
+                            csr.edgeOffsets.clone(), n, n)
+    bad.j[0] = 10 * n
+    bad.j[3] = -2 ** 40
+    bad.numNeighbors[n - 1] = csr.numEdges + 100
+    bad.edgeOffsets[1] = -5
+    badGrid = buildCompactHashMap(p.positions, p.positions, p.supports, p.supports,
+                                  dom.periodic, dom)
+    badGrid.sortIndex[0] = 10 * n
+    badGrid.sortIndex[1] = -1
+    mutated = 0
+    for op in (W.Density, W.Interpolate, W.Gradient, W.Divergence, W.Curl, W.Laplacian,
+               W.Covariance):
+        pr = OperationProperties(K, operation=op)
+        kw = {} if op in (W.Density, W.Covariance) else {"queryValues": f}
+        for adj in (bad, badGrid):
+            x = p.positions.clone().requires_grad_(True)
+            q = ParticleState(x, p.supports, p.masses, p.kinds, p.densities)
+            out = warpOperation(q, pr, dom, adjacency=adj, **kw)
+            (out[0] if isinstance(out, tuple) else out).sum().backward()
+            warpOperationJVP(p, pr, dom, adjacency=adj,
+                             queryTangentState=ParticleTangentState(positions=v), **kw)
+            try:
+                checkErrors()
+            except NeighborListError:
+                mutated += 1
+            else:
+                raise AssertionError(f"{op.name}: a corrupted structure was not reported")
+    computeCRKFactors(p, dom, K, adjacency=bad)
+    computeRenormalizationMatrices(p, OperationProperties(K), dom, adjacency=bad)
+    warpOperationHVP(p, OperationProperties(K, operation=W.Density), dom, v, adjacency=bad)
+    try:
+        checkErrors()
+    except NeighborListError:
+        mutated += 1
+    print(f"OK mutated {mutated} calls reported")
     return 0
 
 

@@ -1,6 +1,8 @@
 """Bounds-checked run (issue "Reliability"): `debug_mode_matrix.py` runs every operator
 (CSR list and grid, forward and backward), one JVP per operator, the Density HVP, the
-correction builders and the neighbour search under Warp's debug mode, in which every array
+correction builders and the neighbour search under Warp's debug mode -- on valid structures,
+then on corrupted ones (indices outside the sets, rows past the edge list; issue 14) -- in
+which every array
 access is bounds-checked and an out-of-bounds index aborts the process. The test runs it in
 a subprocess with its own kernel cache (debug builds differ from release builds) and requires
 a clean exit; a second subprocess shows that the check is live (an out-of-bounds read in a
@@ -49,3 +51,4 @@ def test_debug_mode_matrix(tmp_path_factory):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "Assertion failed" not in out and "OK 14 operator calls" in r.stdout
+    assert "OK mutated 15 calls reported" in r.stdout, out[-4000:]

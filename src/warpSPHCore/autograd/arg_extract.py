@@ -29,8 +29,9 @@ kernelState         kernelFunction (int32), supportMode (uint32), gradientMode (
                     laplacianMode (int32), positiveDivergenceMode (bool), divergenceMode
                     (bool), operationMode (int32), calibrateNormalization (bool),
                     normalizationCoefficient (scalar)
-grid                `neighborhood.traversal.gridData_f32/_f64` (the domain periodicity)
-adjacency           `neighborhood.traversal.adjacencyData`
+grid                `neighborhood.traversal.gridData_f32/_f64` (the domain periodicity, the
+                    device's error buffer and the launch's site id)
+adjacency           `neighborhood.traversal.adjacencyData` (with the error buffer and site)
 ==================  ==========================================================================
 
 (`domain`, `kernelState` and `grid` depend on the scalar type only; `adjacency` on nothing.)
@@ -56,6 +57,7 @@ from ..kernels.lattice import latticeDensityFactor
 from ..neighborhood.grid import buildCompactHashMap
 from ..neighborhood.hashLength import getNextPrime
 from ..neighborhood.traversal import adjacencyData, gridDataType
+from ..util.errorFlags import errorArray
 from ..util.fieldRegistry import FieldKind, nullField
 from ..util.precision import warpScalar
 from ..util.stateBundle import makeStruct
@@ -436,7 +438,7 @@ def _bool(v) -> bool:
 
 def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=None,
                      referenceVolumes=None, adjacency=None, referenceParticles=None,
-                     crkState=None, gradHState=None, renormalizationState=None):
+                     crkState=None, gradHState=None, renormalizationState=None, site: int = 0):
     """Flatten one call's state into the 36-slot list and return it with `build_fn`.
 
     Args:
@@ -449,6 +451,8 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         adjacency: `AdjacencyList` (CSR), `CompactHashMap` (grid) or None (a grid is built
             with SuperSymmetric and ``getNextPrime(N_r)``; no host sync).
         crkState, gradHState, renormalizationState: correction states or None.
+        site: the `util.errorFlags.siteId` of the launch, stored in the adjacency and grid
+            structs beside the device's error buffer (names the operator in error reports).
 
     Returns:
         ``(flat, build_fn)``: `flat` has exactly 36 entries (tensors or null `Field`s);
@@ -605,16 +609,18 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         dom = mk(domainT, "domain", {
             "domainMin": a[_DOM_MIN], "domainMax": a[_DOM_MAX], "periodicity": a[_DOM_PERIODIC],
             "dim": d})
+        errors = errorArray(a[_QPOS].device)
         adj = mk(adjacencyData, "adjacency", {
             "neighborList": a[_ADJ_LIST], "neighborOffsets": a[_ADJ_OFFSETS],
-            "numNeighbors": a[_ADJ_NUM]})
+            "numNeighbors": a[_ADJ_NUM], "errors": errors, "site": site})
         grid = mk(gridT, "grid", {
             "sortIndex": a[_GRID_SORT], "qMin": a[_GRID_QMIN], "qMax": a[_GRID_QMAX],
             "numCells": a[_GRID_NUMCELLS],
             "hashTable": _reinterpret(a[_GRID_HASH], wp.vec2i),
             "cellTable": _reinterpret(a[_GRID_CELLS], wp.vec3l),
             "cellOffsets": _reinterpret(a[_GRID_OFFSETS], wp.vec3i),
-            "periodicity": a[_DOM_PERIODIC], "D": d, "numOffsets": numOffsets})
+            "periodicity": a[_DOM_PERIODIC], "D": d, "numOffsets": numOffsets,
+            "errors": errors, "site": site})
         corr = mk(correctionT, "correction", {
             "useGradientRenormalization": useRenorm, "renormalizationMatrices": a[_RENORM_MAT],
             "useVolume": useVolume, "queryVolumes": a[_QVOL], "referenceVolumes": a[_RVOL],

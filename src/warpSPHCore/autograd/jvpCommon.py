@@ -33,6 +33,7 @@ from typing import Any, Optional
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from ..util.errorFlags import siteId
 from ..util.fieldRegistry import FieldKind, nullField
 from ..util.precision import warpScalar
 from ..util.stateBundle import makeStruct
@@ -96,7 +97,8 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
     flat, build_primal = extractStateInfo(
         ctx.query, ctx.properties, ctx.domain, queryVolumes=c.volumes[0],
         referenceVolumes=c.volumes[1], adjacency=ctx.adjacency, referenceParticles=ctx.reference,
-        crkState=c.crk, gradHState=c.gradH, renormalizationState=c.renorm)
+        crkState=c.crk, gradHState=c.gradH, renormalizationState=c.renorm,
+        site=siteId(kernel))
     qPos = ctx.query.positions
     d, tdtype, device = int(qPos.shape[1]), qPos.dtype, qPos.device
     s = warpScalar(tdtype)

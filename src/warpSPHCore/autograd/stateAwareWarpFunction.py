@@ -52,6 +52,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import warp as wp
 
+from ..util.errorFlags import checkErrors, eagerErrorChecks, pendingErrorBuffer, reportErrorValues
 from ..util.fieldRegistry import Field
 from ..util.profiling import recordFunction
 from ..util.stateBundle import bundleDisabled
@@ -123,9 +124,16 @@ def _liveTangentMask(tangents) -> list:
     mask = [False] * len(tangents)
     if not idx:
         return mask
+    device = tangents[idx[0]].device
+    errors = pendingErrorBuffer(device)
     with torch.no_grad():
-        flags = torch.stack([tangents[k].detach().abs().amax() != 0 for k in idx])
+        flags = torch.stack([(tangents[k].detach().abs().amax() != 0).to(torch.int64)
+                             for k in idx])
+        if errors is not None:  # earlier kernels' skipped indices ride along
+            flags = torch.cat([flags, errors])
         values = flags.tolist()  # the one readback of the call (§6.4, §15)
+    if errors is not None:
+        reportErrorValues(values[len(idx):], device)
     for k, v in zip(idx, values):
         mask[k] = bool(v)
     return mask
@@ -251,6 +259,8 @@ class StateAwareWarpFunction(torch.autograd.Function):
         for o in outs:
             if not o.is_floating_point():
                 ctx.mark_non_differentiable(o)
+        if eagerErrorChecks():  # debugging aid: one readback per launch
+            checkErrors(outs[0].device)
         return tuple(outs) if multi else outs[0]
 
     @staticmethod
@@ -299,6 +309,8 @@ class StateAwareWarpFunction(torch.autograd.Function):
                 seen.add(id(wa))
                 grads.append(_gradTensor(wa).clone().view(ctx.input_shapes[pos]))  # W23
             tape.zero()
+        if eagerErrorChecks() and ctx.output_meta:
+            checkErrors(ctx.output_meta[0][2])
         return (None,) * _N_NON_TENSOR + tuple(grads)
 
     @staticmethod

@@ -19,6 +19,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import warp as wp
 
+from ..util.errorFlags import siteId
 from ..util.fieldRegistry import Field
 from ..util.precision import warpScalar
 from .arg_extract import _QK, _RK, extractStateInfo
@@ -99,7 +100,8 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
     flat, build_state = extractStateInfo(query, properties, domain, queryVolumes=qVol,
                                          referenceVolumes=rVol, adjacency=adjacency,
                                          referenceParticles=reference, crkState=crk,
-                                         gradHState=gradH, renormalizationState=renorm)
+                                         gradHState=gradH, renormalizationState=renorm,
+                                         site=siteId(kernel))
     return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
                        additionalArguments, outputShape, outputDtype, numThreads=numThreads,
                        jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse)

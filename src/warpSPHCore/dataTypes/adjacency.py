@@ -2,14 +2,94 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
 
 import torch
 
 from ..enumTypes import SupportScheme
+from ..util import errorFlags as ef
 from ..util.precision import FLOAT_DTYPES
 
-__all__ = ["AdjacencyList"]
+__all__ = ["AdjacencyList", "trustedConstruction"]
+
+_TRUSTED = threading.local()
+
+
+@contextlib.contextmanager
+def trustedConstruction():
+    """Within this context `AdjacencyList` skips its value checks: for the library's own
+    builders (the search, Verlet filtering), whose lists are consistent by construction."""
+    previous = getattr(_TRUSTED, "on", False)
+    _TRUSTED.on = True
+    try:
+        yield
+    finally:
+        _TRUSTED.on = previous
+
+
+def _first(bad: torch.Tensor) -> torch.Tensor:
+    """0-d int64 index of the first True of a 1-d bool tensor (0 when none), on the device."""
+    return torch.argmax(bad.to(torch.int32)).to(torch.int64)
+
+
+def _validateValues(adj) -> None:
+    """The value checks of a user-built list, as device-side torch operations whose verdict
+    goes into the device's error buffer (`util.errorFlags`, no readback): indices within the
+    sets, non-negative counts, offsets the exclusive prefix sum of the counts ending at E, and
+    every edge inside the range of its row. The first failing check (in that order) is
+    recorded; `checkErrors()` or the next readback raises it."""
+    nq, nr, E = adj.numRows, adj.numCols, adj.numEdges
+    if nq == 0 and E == 0:
+        return
+    dev = adj.i.device
+    zero = torch.zeros((), dtype=torch.int64, device=dev)
+
+    def c(v) -> torch.Tensor:
+        return v.to(torch.int64).reshape(()) if isinstance(v, torch.Tensor) else zero + int(v)
+
+    checks = []  # (bad, pos, value, check code, limit, aux), each 0-d on the device
+    with torch.no_grad():
+        i, j = adj.i, adj.j
+        if E > 0:
+            bad = (j < 0) | (j >= nr)
+            p = _first(bad)
+            checks.append((bad.any(), p, j[p], ef.LIST_J_RANGE, nr, 0))
+            bad = (i < 0) | (i >= nq)
+            p = _first(bad)
+            checks.append((bad.any(), p, i[p], ef.LIST_I_RANGE, nq, 0))
+        if nq > 0:
+            cnt = adj.numNeighbors.to(torch.int64)
+            off = adj.edgeOffsets.to(torch.int64)
+            bad = cnt < 0
+            p = _first(bad)
+            checks.append((bad.any(), p, cnt[p], ef.LIST_NEGATIVE_COUNT, 0, 0))
+            checks.append((off[0] != 0, 0, off[0], ef.LIST_FIRST_OFFSET, 0, 0))
+            if nq > 1:
+                expected = off[:-1] + cnt[:-1]
+                bad = off[1:] != expected
+                p = _first(bad)
+                checks.append((bad.any(), p + 1, off[1:][p], ef.LIST_OFFSETS_PREFIX,
+                               expected[p], 0))
+            end = off[-1] + cnt[-1]
+            checks.append((end != E, nq - 1, end, ef.LIST_TOTAL, E, 0))
+            if E > 0:
+                row = i.clamp(0, nq - 1)
+                start = off[row]
+                stop = start + cnt[row]
+                e = torch.arange(E, dtype=torch.int64, device=dev)
+                bad = (e < start) | (e >= stop)
+                p = _first(bad)
+                checks.append((bad.any(), p, i[p], ef.LIST_ROW_OF_EDGE, start[p], stop[p]))
+        else:  # no rows but edges: the edges' i are out of range (checked above)
+            pass
+        flags = torch.stack([c(b) for b, *_ in checks])
+        k = _first(flags != 0)
+        pick = [torch.stack([c(chk[n]) for chk in checks])[k] for n in range(1, 6)]
+        kind = torch.where(flags.any(), zero + ef.KIND_INVALID_LIST, zero)
+        ef.recordError(dev, kind, pick[0], pick[1], pick[2], pick[3], pick[4],
+                       ef.siteId("AdjacencyList"))
 
 _OWNER = "AdjacencyList"
 
@@ -56,8 +136,18 @@ class AdjacencyList:
     * ``verletScale``: the support multiplier used at build time (1.0 for a plain search).
 
     Within a row, pairs come in stencil-offset order, then in sorted order inside each cell
-    (ascending original index). Construction checks shapes and dtypes only (no tensor value
-    is read, so it never synchronises). The list is non-differentiable.
+    (ascending original index). The list is non-differentiable.
+
+    Construction checks shapes, dtypes and devices on the host, and, for a list built from
+    user tensors, the values on the device without reading them back: ``j`` within
+    ``[0, numCols)``, ``i`` within ``[0, numRows)``, counts >= 0, ``edgeOffsets`` the
+    exclusive prefix sum of ``numNeighbors`` ending at E, and every edge inside its row's
+    range. A failed check is recorded in the device's error buffer and raised as
+    `NeighborListError` by ``checkErrors()``, `AdjacencyList.check`, the next neighbour search
+    or dual-tensor call, or at once under ``setEagerErrorChecks(True)``. Lists from the
+    library's own search are trusted (not re-checked). Kernels also skip and flag any index
+    outside the sets at run time, so a list changed in place after construction never
+    causes an out-of-bounds read either.
     """
 
     i: torch.Tensor
@@ -131,6 +221,21 @@ class AdjacencyList:
         if not (self.verletScale >= 1.0 and self.verletScale < float("inf")):
             raise ValueError(f"{_OWNER}: verletScale={self.verletScale!r}; accepted: a finite "
                              "float >= 1.0")
+        if not getattr(_TRUSTED, "on", False):
+            _validateValues(self)
+            if ef.eagerErrorChecks():
+                ef.checkErrors(self.i.device)
+
+    def check(self) -> None:
+        """Check the list's values now and raise at once (ONE readback): the construction
+        checks again (the tensors may have been changed in place since), then everything the
+        device's error buffer holds.
+
+        Raises:
+            NeighborListError: naming the first inconsistency (field, position, value, bound).
+        """
+        _validateValues(self)
+        ef.checkErrors(self.i.device)
 
     @property
     def numEdges(self) -> int:

@@ -37,11 +37,13 @@ from .traversal import (
     _P0,
     _P1,
     _P2,
+    KIND_NEIGHBOR_INDEX_W,
     adjacencyData,
     axisCell,
     axisNeighbor,
     cellHash,
     findCellHashed,
+    flagError,
     getIndexRange,
     gridData_f32,
     gridData_f64,
@@ -641,6 +643,9 @@ def filterPairsKernel(
     for e in range(r[0], r[0] + r[1]):
         j = adjacency.neighborList[e]
         if j < wp.int64(0) or j >= numRefs:
+            if collect == 0:  # flag once per list, in the counting pass
+                flagError(adjacency.errors, adjacency.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e),
+                          j, i, numRefs, wp.int64(0))
             continue
         hj = referenceSupports[wp.int32(j)]
         if exactPairDistance(xi, referencePositions[wp.int32(j)], grid) <= computePairwiseSupport(hi, hj, mode):

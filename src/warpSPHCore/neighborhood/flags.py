@@ -29,6 +29,8 @@ import struct
 
 import torch
 
+from ..util.errorFlags import ERROR_SLOTS, pendingErrorBuffer, reportErrorValues
+
 __all__ = [
     "NONFINITE_POSITIONS",
     "INVALID_SUPPORTS",
@@ -109,11 +111,19 @@ def _unbits(v: int) -> float:
 def readback(total: torch.Tensor, flags: torch.Tensor, hMax, dMin, dMax):
     """THE single device->host transfer: returns (E, flags, hMax, [min], [max]) on the host.
 
+    The device's error buffer (`util.errorFlags`) travels in the same transfer: an index that
+    an earlier operator launch skipped raises `NeighborListError` here.
+
     ``total``: int64 ``[1]``; ``flags``: int32 ``[1]``; ``hMax`` float ``[1]``; bounds ``[d]``.
     """
-    packed = torch.cat([total.reshape(1).to(torch.int64), flags.reshape(1).to(torch.int64),
-                        _bits(hMax), _bits(dMin), _bits(dMax)])
-    values = packed.tolist()  # the one readback
+    parts = [total.reshape(1).to(torch.int64), flags.reshape(1).to(torch.int64),
+             _bits(hMax), _bits(dMin), _bits(dMax)]
+    errors = pendingErrorBuffer(total.device)
+    if errors is not None:  # earlier kernels' skipped indices travel in the same transfer
+        parts.append(errors)
+    values = torch.cat(parts).tolist()  # the one readback
+    if errors is not None:
+        reportErrorValues(values[-ERROR_SLOTS:], total.device)
     d = dMin.shape[0]
     return (values[0], values[1], _unbits(values[2]),
             [_unbits(v) for v in values[3:3 + d]], [_unbits(v) for v in values[3 + d:3 + 2 * d]])

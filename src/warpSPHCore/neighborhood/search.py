@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dataTypes.adjacency import AdjacencyList
+from ..dataTypes.adjacency import AdjacencyList, trustedConstruction
 from ..dataTypes.compactHashMap import CompactHashMap
 from ..enumTypes import HashMapLengthMode, SupportScheme
 from ..util.conversion import toWarp
@@ -118,21 +118,22 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
         launch(_kernels.radiusSearchKernel, dim=nq,
                inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode, 1, cacheCap, cacheW],
                outputs=[countsW, toWarp(edgeOffsets), toWarp(i), toWarp(j)], device=dev)
-    adjacency = AdjacencyList(
-        i=i,
-        j=j,
-        numNeighbors=counts,
-        edgeOffsets=edgeOffsets,
-        numRows=nq,
-        numCols=inp.numReferences,
-        queryPositions=inp.qPos if storeInputs else None,
-        referencePositions=inp.rPos if storeInputs else None,
-        querySupports=inp.qSup if storeInputs else None,
-        referenceSupports=inp.rSup if storeInputs else None,
-        hashMap=grid,
-        supportMode=SupportScheme(mode),
-        verletScale=1.0,
-    )
+    with trustedConstruction():
+        adjacency = AdjacencyList(
+            i=i,
+            j=j,
+            numNeighbors=counts,
+            edgeOffsets=edgeOffsets,
+            numRows=nq,
+            numCols=inp.numReferences,
+            queryPositions=inp.qPos if storeInputs else None,
+            referencePositions=inp.rPos if storeInputs else None,
+            querySupports=inp.qSup if storeInputs else None,
+            referenceSupports=inp.rSup if storeInputs else None,
+            hashMap=grid,
+            supportMode=SupportScheme(mode),
+            verletScale=1.0,
+        )
     if returnCompactHashMap:
         return adjacency, grid
     return adjacency

@@ -11,7 +11,10 @@ Two traversals, one helper each:
   ``checkOffsetPosition(grid, x_i, o)`` recomputes the query cell itself (convenience).
 
 Both clamp what they return to the arrays they index (a corrupted structure never causes an
-out-of-bounds read); callers must still skip reference indices outside ``[0, N_r)``.
+out-of-bounds read); callers must still skip reference indices outside ``[0, N_r)``. What is
+clamped or skipped is recorded with `flagError` in the device's error buffer that the structs
+carry (``errors``, ``site``; `util.errorFlags`), and reported by the next readback or
+``checkErrors()``.
 
 Usage inside a generic operator kernel (``adjacency: Any``, ``grid: Any``)::
 
@@ -42,6 +45,13 @@ import torch
 import warp as wp
 
 from ..util.conversion import toWarp
+from ..util.errorFlags import (
+    ERROR_SLOTS,
+    KIND_GRID_INDEX,
+    KIND_NEIGHBOR_INDEX,
+    KIND_ROW_RANGE,
+    errorArray,
+)
 
 __all__ = [
     "HASH_PRIMES",
@@ -62,10 +72,19 @@ __all__ = [
     "checkOffset",
     "checkOffsetPosition",
     "getIndexRange",
+    "flagError",
+    "KIND_NEIGHBOR_INDEX_W",
+    "KIND_GRID_INDEX_W",
 ]
 
 #: Spatial-hash primes of `neighborhood.md` §4 step 10 (products formed in int64).
 HASH_PRIMES = (73856093, 19349663, 83492791)
+
+# error-buffer constants of util.errorFlags, as Warp compile-time constants
+ERROR_SLOTS_W = wp.constant(ERROR_SLOTS)
+KIND_NEIGHBOR_INDEX_W = wp.constant(KIND_NEIGHBOR_INDEX)
+KIND_ROW_RANGE_W = wp.constant(KIND_ROW_RANGE)
+KIND_GRID_INDEX_W = wp.constant(KIND_GRID_INDEX)
 
 # Python ints captured by Warp functions are compile-time constants.
 _P0 = wp.constant(wp.int64(HASH_PRIMES[0]))
@@ -78,16 +97,20 @@ _CELL_CLAMP = 1099511627776.0  # 2^40
 
 @wp.struct
 class adjacencyData:
-    """CSR view of an `AdjacencyList` (`j`, `edgeOffsets`, `numNeighbors`)."""
+    """CSR view of an `AdjacencyList` (`j`, `edgeOffsets`, `numNeighbors`), plus the device's
+    error buffer (`util.errorFlags`; may be empty) and the site id of the launch."""
 
     neighborList: wp.array(dtype=wp.int64)
     neighborOffsets: wp.array(dtype=wp.int32)
     numNeighbors: wp.array(dtype=wp.int32)
+    errors: wp.array(dtype=wp.int64)
+    site: wp.int32
 
 
 @wp.struct
 class gridData_f32:
-    """Grid view of a float32 `CompactHashMap` plus the domain's periodicity."""
+    """Grid view of a float32 `CompactHashMap` plus the domain's periodicity, the device's
+    error buffer and the site id of the launch."""
 
     sortIndex: wp.array(dtype=wp.int64)
     qMin: wp.array(dtype=wp.float32)
@@ -99,11 +122,14 @@ class gridData_f32:
     periodicity: wp.array(dtype=wp.bool)
     D: wp.int32
     numOffsets: wp.int32
+    errors: wp.array(dtype=wp.int64)
+    site: wp.int32
 
 
 @wp.struct
 class gridData_f64:
-    """Grid view of a float64 `CompactHashMap` plus the domain's periodicity."""
+    """Grid view of a float64 `CompactHashMap` plus the domain's periodicity, the device's
+    error buffer and the site id of the launch."""
 
     sortIndex: wp.array(dtype=wp.int64)
     qMin: wp.array(dtype=wp.float64)
@@ -115,6 +141,8 @@ class gridData_f64:
     periodicity: wp.array(dtype=wp.bool)
     D: wp.int32
     numOffsets: wp.int32
+    errors: wp.array(dtype=wp.int64)
+    site: wp.int32
 
 
 _GRID_TYPES = {torch.float32: gridData_f32, torch.float64: gridData_f64}
@@ -133,27 +161,31 @@ def gridDataType(dtype: torch.dtype):
                         "torch.float64") from None
 
 
-def makeAdjacencyData(adjacency) -> adjacencyData:
+def makeAdjacencyData(adjacency, site: int = 0) -> adjacencyData:
     """Fill an `adjacencyData` struct from an `AdjacencyList` (zero-copy views; the list must
     outlive the struct).
 
     Args:
         adjacency: the `AdjacencyList` (int64 ``j [E]``, int32 ``edgeOffsets [N_q]`` and
             ``numNeighbors [N_q]``).
+        site: the `util.errorFlags.siteId` that names the launch in error reports.
     """
     s = adjacencyData()
     s.neighborList = toWarp(adjacency.j, wp.int64)
     s.neighborOffsets = toWarp(adjacency.edgeOffsets, wp.int32)
     s.numNeighbors = toWarp(adjacency.numNeighbors, wp.int32)
+    s.errors = errorArray(adjacency.j.device)
+    s.site = site
     return s
 
 
-def makeGridData(hashMap, periodicity: torch.Tensor | None = None):
+def makeGridData(hashMap, periodicity: torch.Tensor | None = None, site: int = 0):
     """Fill a `gridData_*` struct from a `CompactHashMap` (zero-copy views).
 
     Args:
         hashMap: the `CompactHashMap` (float32 or float64; the struct type follows its dtype).
         periodicity: bool ``[d]``; defaults to the periodicity the grid was built with.
+        site: the `util.errorFlags.siteId` that names the launch in error reports.
     """
     if periodicity is None:
         periodicity = hashMap.periodicity
@@ -171,6 +203,8 @@ def makeGridData(hashMap, periodicity: torch.Tensor | None = None):
     s.periodicity = toWarp(periodicity, wp.bool)
     s.D = int(hashMap.D)
     s.numOffsets = int(hashMap.numOffsets)
+    s.errors = errorArray(hashMap.sortIndex.device)
+    s.site = site
     return s
 
 
@@ -357,6 +391,30 @@ def checkOffsetPosition(grid: Any, x: Any, offsetIndex: wp.int32) -> wp.vec2i:
 
 
 @wp.func
+def flagError(errors: wp.array(dtype=wp.int64), site: wp.int32, kind: wp.int32, pos: wp.int64,
+              value: wp.int64, row: wp.int32, limit: wp.int64, aux: wp.int64):
+    """Record a skipped entry in the device's error buffer (`util.errorFlags` layout): count
+    it, and let the first flagging thread (compare-and-swap on slot 1) store what it saw.
+    A no-op when `errors` is empty (a struct built without a buffer).
+
+    Args:
+        errors: the error buffer (int64 ``[8]``) or an empty array.
+        site: the launch's site id; kind: a ``KIND_*`` code of `util.errorFlags`.
+        pos: the position (edge, slot or row); value: the offending value; row: the query row;
+        limit: the bound it broke; aux: a further value of the kind.
+    """
+    if errors.shape[0] >= ERROR_SLOTS_W:
+        wp.atomic_add(errors, 0, wp.int64(1))
+        if wp.atomic_cas(errors, 1, wp.int64(-1), pos) == wp.int64(-1):
+            errors[2] = value
+            errors[3] = wp.int64(row)
+            errors[4] = wp.int64(site)
+            errors[5] = wp.int64(kind)
+            errors[6] = limit
+            errors[7] = aux
+
+
+@wp.func
 def getIndexRange(adj: Any, i: wp.int32) -> wp.vec2i:
     """CSR row ``(neighborOffsets[i], numNeighbors[i])``, clamped to ``[0, E)``; (0, 0) for a
     row index outside the arrays.
@@ -368,7 +426,12 @@ def getIndexRange(adj: Any, i: wp.int32) -> wp.vec2i:
     E = adj.neighborList.shape[0]
     res = wp.vec2i(0, 0)
     if i >= 0 and i < adj.neighborOffsets.shape[0] and i < adj.numNeighbors.shape[0]:
-        first = wp.clamp(adj.neighborOffsets[i], 0, E)
-        count = wp.clamp(adj.numNeighbors[i], 0, E - first)
+        first0 = adj.neighborOffsets[i]
+        count0 = adj.numNeighbors[i]
+        first = wp.clamp(first0, 0, E)
+        count = wp.clamp(count0, 0, E - first)
         res = wp.vec2i(first, count)
+        if first != first0 or count != count0:
+            flagError(adj.errors, adj.site, KIND_ROW_RANGE_W, wp.int64(i), wp.int64(first0), i,
+                      wp.int64(E), wp.int64(count0))
     return res

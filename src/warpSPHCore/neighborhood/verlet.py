@@ -15,9 +15,10 @@ import threading
 
 import torch
 
-from ..dataTypes.adjacency import AdjacencyList
+from ..dataTypes.adjacency import AdjacencyList, trustedConstruction
 from ..enumTypes import SupportScheme
 from ..util.conversion import toWarp
+from ..util.errorFlags import siteId
 from ..util.precision import warpVector
 from ..util.warpContext import launch
 from . import _kernels
@@ -26,6 +27,7 @@ from .flags import computeFlags
 from .grid import _gridStruct, buildGrid, gridSupport
 from .hashLength import getNextPrime
 from .search import finishCSR, searchInputs, searchWithGrid
+from .traversal import makeAdjacencyData
 
 __all__ = ["buildVerletList", "deferVerletChecks", "filterVerletList", "verletRebuildFlag"]
 
@@ -258,10 +260,8 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
         flags = torch.zeros(1, dtype=torch.int32, device=dev)
     work = nq > 0 and nr > 0 and adjacency.numEdges > 0
     if work:
-        from .traversal import makeAdjacencyData
-
         vec = warpVector(inp.d, inp.dtype)
-        adjStruct = makeAdjacencyData(adjacency)
+        adjStruct = makeAdjacencyData(adjacency, site=siteId("filterPairsKernel"))
         gridStruct = _gridStruct(inp, torch.ones(inp.d, dtype=torch.int32, device=dev))
         args = [toWarp(inp.qPos, vec), toWarp(inp.qSup), toWarp(inp.rPos, vec),
                 toWarp(inp.rSup), adjStruct, gridStruct, mode]
@@ -276,8 +276,9 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
     if work and E > 0:
         launch(_kernels.filterPairsKernel, dim=nq, inputs=args + [1],
                outputs=[dummy32, toWarp(edgeOffsets), toWarp(i), toWarp(j)], device=dev)
-    return AdjacencyList(
-        i=i, j=j, numNeighbors=counts, edgeOffsets=edgeOffsets, numRows=nq, numCols=nr,
-        queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
-        referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
-        verletScale=1.0)
+    with trustedConstruction():
+        return AdjacencyList(
+            i=i, j=j, numNeighbors=counts, edgeOffsets=edgeOffsets, numRows=nq, numCols=nr,
+            queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
+            referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
+            verletScale=1.0)

@@ -34,7 +34,9 @@ Pitfalls shaping the structure (`warp-pitfalls.md`):
 * no ``continue``/``break``: skips are ``if cond: acc += term`` (W73);
 * everything per pair (x_i, h_i, corrections of i) is read inside `pairTerm`, never carried
   into a loop from outside it (W71);
-* reference indices outside ``[0, N_r)`` are skipped (corrupted structures stay memory-safe).
+* reference indices outside ``[0, N_r)`` are skipped (corrupted structures stay memory-safe)
+  and flagged in the device's error buffer (`neighborhood.traversal.flagError`); the index is
+  compared in int64 before the int32 conversion, so 2^32 + k is not mistaken for k.
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ from typing import Any
 import warp as wp
 
 from ..kernels.geometry import computeDistanceVec
-from ..neighborhood.traversal import checkOffset, getIndexRange
+from ..neighborhood.traversal import (
+    KIND_GRID_INDEX_W,
+    KIND_NEIGHBOR_INDEX_W,
+    checkOffset,
+    flagError,
+    getIndexRange,
+)
 
 __all__ = ["makeNeighborSum", "pairVector"]
 
@@ -84,22 +92,28 @@ def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool =
     def csrSum(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
                corr: Any, ks: Any, extra: Any):
         rng = getIndexRange(adj, i)
-        nR = r.masses.shape[0]
+        nR = wp.int64(r.masses.shape[0])
         acc = zero(q, ks)
         for e in range(rng[0], rng[0] + rng[1]):
-            j = wp.int32(adj.neighborList[e])
-            if j >= 0 and j < nR:
-                acc += pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)
+            jl = adj.neighborList[e]
+            if jl >= wp.int64(0) and jl < nR:
+                acc += pairTerm(i, wp.int32(jl), k, F, q, r, dom, corr, ks, extra)
+            else:
+                flagError(adj.errors, adj.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e), jl, i, nR,
+                          wp.int64(0))
         return acc
 
     def cellSum(grid: Any, first: wp.int32, count: wp.int32, i: wp.int32, k: wp.int32,
                 F: wp.int32, q: Any, r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
-        nR = r.masses.shape[0]
+        nR = wp.int64(r.masses.shape[0])
         acc = zero(q, ks)
         for slot in range(first, first + count):
-            j = wp.int32(grid.sortIndex[slot])
-            if j >= 0 and j < nR:
-                acc += pairTerm(i, j, k, F, q, r, dom, corr, ks, extra)
+            jl = grid.sortIndex[slot]
+            if jl >= wp.int64(0) and jl < nR:
+                acc += pairTerm(i, wp.int32(jl), k, F, q, r, dom, corr, ks, extra)
+            else:
+                flagError(grid.errors, grid.site, KIND_GRID_INDEX_W, wp.int64(slot), jl, i, nR,
+                          wp.int64(0))
         return acc
 
     cellSumF = _named(cellSum, f"cellSum_{tag}")
