@@ -1,6 +1,8 @@
 """The `warpsph` command line (also `python -m warpSPHCore`).
 
     warpsph info                       versions, Warp devices, kernels
+    warpsph precompile [options]       compile the Warp kernels ahead of time (parallel),
+                                       for users, containers and CI
     warpsph demo [PART] [options]      the demo (`demo/runner.py`): PART is all (default),
                                        accuracy, inverse, jfnk or search
 
@@ -44,6 +46,23 @@ def _info(args) -> int:
         tag = "SPH" if k in SPH_KERNELS else "   "
         c = C_D[k]
         print(f"  {k.value:3d} {k.name:16s} {tag}  {c[0]:.6g} / {c[1]:.6g} / {c[2]:.6g}")
+    return 0
+
+
+def _precompile(args) -> int:
+    """Warm Warp's kernel cache for the chosen devices and operators (`util.compileNotice`)."""
+    from .util.compileNotice import OPERATOR_MODULES, precompile
+
+    ops = None if args.operators in (None, ["all"]) else args.operators
+    if ops is not None:
+        unknown = [o for o in ops if o not in OPERATOR_MODULES]
+        if unknown:
+            print(f"warpsph precompile: unknown operators {unknown}; accepted: all, "
+                  f"{', '.join(OPERATOR_MODULES)}", file=sys.stderr)
+            return 2
+    res = precompile(devices=args.device, operators=ops, workers=args.workers)
+    print(f"{len(res['modules'])} modules on {', '.join(res['devices'])}: "
+          f"{res['seconds']:.1f} s")
     return 0
 
 
@@ -216,6 +235,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="query rows compared with the brute-force search (default 512)")
     d.add_argument("--out", default="warpsph-out")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    c = sub.add_parser("precompile", help="compile the Warp kernels ahead of time (Warp's "
+                       "parallel module loading) into Warp's kernel cache")
+    c.add_argument("--device", nargs="+", default=["cpu"],
+                   help="Warp devices, e.g. cpu cuda:0 (default: cpu)")
+    c.add_argument("--operators", nargs="+", default=None,
+                   help="all (default) or names: Density Interpolate Gradient Divergence "
+                        "Curl Laplacian Covariance CRK Renormalization GradH Search")
+    c.add_argument("--workers", type=int, default=None,
+                   help="parallel compile threads (default: Warp's, at most 4)")
     return p
 
 
@@ -223,6 +251,8 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "info":
         return _info(args)
+    if args.command == "precompile":
+        return _precompile(args)
     return _demo(args)
 
 

@@ -28,6 +28,7 @@ import functools
 import torch
 import warp as wp
 
+from ..util.compileNotice import announceCompile
 from ..util.conversion import canonical
 from ..util.warpContext import ensureWarp
 
@@ -269,6 +270,7 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
         if lanes is not None and int(lanes) > 1:
             dims = dims + (int(lanes),)
             blockDim = int(lanes)
+        announceCompile(kernel, device)
         wp.launch(
             kernel,
             dim=dims if len(dims) > 1 else dims[0],
@@ -295,5 +297,6 @@ def launch_reverse(kernel, dim: int, inputs, device) -> None:
         device: the call's Warp device.
     """
     if int(dim) > 0:
+        announceCompile(kernel, device)
         wp.launch(kernel, dim=int(dim), inputs=list(inputs), device=device,
                   stream=torchStreamAsWarp(device))

@@ -14,6 +14,8 @@ import tempfile
 import torch
 import warp as wp
 
+from .compileNotice import announceCompile
+
 __all__ = ["ensureWarp", "warpDevice", "warpStream", "launch"]
 
 
@@ -110,6 +112,7 @@ def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
     """
     wdev = warpDevice(device)
     stream = warpStream(device)
+    announceCompile(kernel, wdev)
     wp.launch(
         kernel,
         dim=dim,

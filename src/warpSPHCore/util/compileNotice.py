@@ -1,0 +1,165 @@
+"""A first run that speaks: say what is compiled before Warp compiles it, and warm the cache.
+
+Warp compiles a kernel module (every kernel and overload of one Python module) the first
+time one of its kernels is launched on a device, and caches the binary in its kernel cache.
+On a cold cache that takes tens of seconds per module on the CPU and longer on CUDA, and a
+program that says nothing meanwhile looks hung. `announceCompile(kernel, device)` is called
+by the library's launch sites before every launch; the first time a warpSPHCore module is
+used on a device in this process it checks whether Warp's cache holds the binary, and if not
+writes one line to stderr (through ``tqdm.write``, so progress bars stay intact): what is
+compiled, for which device, that it happens once, and where the cache is.
+``WARPSPHCORE_COMPILE_NOTICE=0`` silences it.
+
+`precompile(devices, operators, workers)` loads the library's modules ahead of time with
+Warp's parallel module loading (``wp.force_load``), for users, containers and CI
+(``warpsph precompile``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+
+import warp as wp
+
+__all__ = ["announceCompile", "precompile", "OPERATOR_MODULES", "moduleLabel"]
+
+#: operator name -> the warpSPHCore modules its launches compile (primal, JVP and reverse
+#: kernels live in one module per operator; the traversal/coefficient modules hold only
+#: functions and compile nothing of their own).
+OPERATOR_MODULES = {
+    "Density": ("operators.density", "operators.densityHVP"),
+    "Interpolate": ("operators.interpolate",),
+    "Gradient": ("operators.gradient",),
+    "Divergence": ("operators.divergence",),
+    "Curl": ("operators.curl",),
+    "Laplacian": ("operators.laplacian",),
+    "Covariance": ("operators.covariance",),
+    "CRK": ("corrections._crkKernels",),
+    "Renormalization": ("corrections._renormKernels", "operators.covariance"),
+    "GradH": ("corrections.gradH",),
+    "Search": ("neighborhood._kernels",),
+}
+
+_LABELS = {m: name for name, mods in OPERATOR_MODULES.items() for m in mods}
+_LABELS["operators.densityHVP"] = "Density HVP"
+_LABELS["operators.covariance"] = "Covariance"
+_SEEN: set[tuple[str, str]] = set()
+_LOCK = threading.Lock()
+
+
+def moduleLabel(moduleName: str) -> str:
+    """A user-facing name for a warpSPHCore Warp module (``warpSPHCore.operators.density`` ->
+    ``Density``).
+
+    Args:
+        moduleName: the Warp module's name (the Python module's dotted name).
+    """
+    short = moduleName[len("warpSPHCore."):] if moduleName.startswith("warpSPHCore.") \
+        else moduleName
+    return _LABELS.get(short, short)
+
+
+def _enabled() -> bool:
+    return os.environ.get("WARPSPHCORE_COMPILE_NOTICE", "1") != "0"
+
+
+def _isCached(module, device) -> bool:
+    """True when the module is loaded on `device` in this process or Warp's cache holds its
+    binary for `device` (the same paths `Module.load` uses)."""
+    try:
+        if any(ctx == device.context for ctx, _ in module.execs):
+            return True
+        # an ordinary launch loads block_dim 1 on the CPU and the module's default on CUDA
+        bd = 1 if device.is_cpu else module.options["block_dim"]
+        ident = module.get_module_identifier(bd)
+        name = module._get_compile_output_name(device, block_dim=bd)
+        return os.path.exists(os.path.join(wp.config.kernel_cache_dir, ident, name))
+    except Exception:  # a Warp internal changed: assume cached rather than say nonsense
+        return True
+
+
+def _say(text: str) -> None:
+    try:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    except Exception:  # pragma: no cover (tqdm is a dependency)
+        print(text, file=sys.stderr, flush=True)
+
+
+def announceCompile(kernel, device) -> None:
+    """Before a launch: the first time this process uses `kernel`'s module on `device`, say
+    so on stderr if Warp is about to compile it (nothing when its binary is cached).
+
+    Args:
+        kernel: the Warp kernel about to be launched.
+        device: the Warp device (or its alias) of the launch.
+    """
+    module = getattr(kernel, "module", None)
+    if module is None:
+        return
+    key = (module.name, str(device))
+    if key in _SEEN:
+        return
+    with _LOCK:
+        if key in _SEEN:
+            return
+        _SEEN.add(key)
+    if not module.name.startswith("warpSPHCore") or not _enabled():
+        return
+    dev = wp.get_device(device)
+    if _isCached(module, dev):
+        return
+    _say(f"warpSPHCore: compiling the Warp kernels of {moduleLabel(module.name)} "
+         f"({module.name}, float32/float64 x 1D/2D/3D) for {dev.alias}. This happens once: "
+         f"the result is cached in {wp.config.kernel_cache_dir}. `warpsph precompile` does it "
+         "ahead of time.")
+
+
+def precompile(devices=("cpu",), operators=None, workers: int | None = None,
+               verbose: bool = True) -> dict:
+    """Compile (or load from the cache) the library's Warp modules ahead of time.
+
+    Args:
+        devices: Warp device aliases (``"cpu"``, ``"cuda:0"``).
+        operators: names of `OPERATOR_MODULES` (e.g. ``["Density", "Gradient"]``) or None for
+            every module of the library.
+        workers: threads for Warp's parallel module loading (default: Warp's, at most 4).
+        verbose: print one line per module and device.
+
+    Returns:
+        ``{"modules": [...], "devices": [...], "seconds": float}``.
+    """
+    from .warpContext import ensureWarp
+
+    ensureWarp()
+    if operators is None:
+        names = sorted({m for mods in OPERATOR_MODULES.values() for m in mods})
+    else:
+        unknown = [o for o in operators if o not in OPERATOR_MODULES]
+        if unknown:
+            raise ValueError(f"precompile: unknown operators {unknown}; accepted: "
+                             f"{', '.join(OPERATOR_MODULES)} (or None for all)")
+        names = sorted({m for o in operators for m in OPERATOR_MODULES[o]})
+    mods = []
+    for short in names:
+        importlib.import_module(f"warpSPHCore.{short}")
+        mods.append(wp.get_module(f"warpSPHCore.{short}"))
+    todo = [(m, wp.get_device(d)) for d in devices for m in mods]
+    if verbose:
+        for m, d in todo:
+            state = "cached" if _isCached(m, d) else "compiling"
+            _say(f"  {moduleLabel(m.name):16s} {d.alias:8s} {state}")
+    t0 = time.perf_counter()
+    for _, d in todo:
+        _SEEN.update((m.name, str(d)) for m in mods)
+    wp.force_load(device=list(devices), modules=mods, max_workers=workers)
+    seconds = time.perf_counter() - t0
+    if verbose:
+        _say(f"warpSPHCore: {len(mods)} modules ready on {', '.join(devices)} in {seconds:.1f} s "
+             f"(cache: {wp.config.kernel_cache_dir})")
+    return {"modules": [m.name for m in mods], "devices": list(devices), "seconds": seconds}

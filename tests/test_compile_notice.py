@@ -1,0 +1,109 @@
+"""A first run that speaks (issue 15, point 4): before Warp compiles one of the library's
+modules on a device, one line on stderr says what, for which device, that it happens once
+and where the cache is; nothing when the binary is cached; `warpsph precompile` warms the
+cache (util/compileNotice)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import warp as wp
+
+from warpSPHCore.cli import main
+from warpSPHCore.util import compileNotice
+from warpSPHCore.util.warpContext import ensureWarp
+
+ensureWarp()
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Forget which (module, device) pairs this process has announced."""
+    monkeypatch.setattr(compileNotice, "_SEEN", set())
+    return compileNotice
+
+
+def _densityKernel():
+    from warpSPHCore.operators.density import densityKernel
+
+    return densityKernel
+
+
+def test_notice_when_not_cached(fresh, monkeypatch, capsys):
+    monkeypatch.setattr(fresh, "_isCached", lambda module, device: False)
+    fresh.announceCompile(_densityKernel(), "cpu")
+    err = capsys.readouterr().err
+    assert "warpSPHCore: compiling the Warp kernels of Density" in err
+    assert "warpSPHCore.operators.density" in err and "for cpu" in err
+    assert "happens once" in err and str(wp.config.kernel_cache_dir) in err
+    assert "warpsph precompile" in err
+    fresh.announceCompile(_densityKernel(), "cpu")  # once per module and device
+    assert capsys.readouterr().err == ""
+
+
+def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):
+    monkeypatch.setattr(fresh, "_isCached", lambda module, device: True)
+    fresh.announceCompile(_densityKernel(), "cpu")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(fresh, "_SEEN", set())
+    monkeypatch.setattr(fresh, "_isCached", lambda module, device: False)
+    monkeypatch.setenv("WARPSPHCORE_COMPILE_NOTICE", "0")
+    fresh.announceCompile(_densityKernel(), "cpu")
+    assert capsys.readouterr().err == ""
+
+
+def test_cache_probe_matches_warp(fresh):
+    """After a launch the probe finds the module's binary where Warp put it."""
+    from warpSPHCore.neighborhood import _kernels
+
+    compileNotice.precompile(["cpu"], ["Search"], verbose=False)
+    module = wp.get_module(_kernels.__name__)
+    assert fresh._isCached(module, wp.get_device("cpu"))
+
+
+def test_precompile_command(capsys):
+    assert main(["precompile", "--operators", "Search", "--device", "cpu"]) == 0
+    out = capsys.readouterr()
+    assert "1 modules on cpu" in out.out
+    assert "Search" in out.err and ("cached" in out.err or "compiling" in out.err)
+    assert main(["precompile", "--operators", "Nope"]) == 2
+    assert "unknown operators ['Nope']" in capsys.readouterr().err
+
+
+def test_precompile_rejects_unknown_operator():
+    with pytest.raises(ValueError, match="accepted: Density"):
+        compileNotice.precompile(["cpu"], ["Nope"])
+
+
+@pytest.mark.slow
+def test_cold_cache_first_call_says_what_compiles(tmp_path):
+    """A fresh WARP_CACHE_PATH: the first search and Density announce their modules before
+    compiling them; a second process with the same cache says nothing."""
+    code = textwrap.dedent("""
+        import torch
+        from warpSPHCore import (DomainDescription, KernelFunctions, OperationProperties,
+                                 ParticleState, WarpOperation, radiusSearchCompactHashMap,
+                                 warpOperation)
+        pos = torch.rand(32, 2) * 2 - 1
+        p = ParticleState(pos, torch.full((32,), 0.5), torch.full((32,), 0.1),
+                          torch.zeros(32, dtype=torch.int32))
+        dom = DomainDescription(torch.tensor([-1.0, -1.0]), torch.tensor([1.0, 1.0]))
+        adj = radiusSearchCompactHashMap(p, dom)
+        warpOperation(p, OperationProperties(KernelFunctions.Wendland2,
+                                             operation=WarpOperation.Density), dom, adjacency=adj)
+    """)
+    env = dict(os.environ, WARP_CACHE_PATH=str(tmp_path / "cache"))
+    env.pop("WARPSPHCORE_COMPILE_NOTICE", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("warpSPHCore: compiling")]
+    assert any("of Search" in x for x in lines) and any("of Density" in x for x in lines)
+    assert all(str(tmp_path / "cache") in x for x in lines)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0 and "compiling" not in r.stderr, r.stderr
