@@ -3,6 +3,8 @@ precisions run in the same process (difference a)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -28,6 +30,19 @@ def _device_params():
         )
     )
     return params
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _precompileLibrary():
+    """Compile the library's Warp modules for the CPU in parallel before the first test (one
+    thread per core, Warp's parallel module loading): on a cold kernel cache this replaces
+    the one-module-at-a-time compiles of the first tests that use them; on a warm cache it
+    only checks the cache. WARPSPHCORE_TEST_PRECOMPILE=0 turns it off."""
+    if os.environ.get("WARPSPHCORE_TEST_PRECOMPILE", "1") != "0":
+        from warpSPHCore.util.compileNotice import precompile
+
+        precompile(["cpu"], workers=max(1, os.cpu_count() or 1), verbose=False)
+    yield
 
 
 @pytest.fixture(autouse=True)
