@@ -1,17 +1,14 @@
-"""Compile every Warp module of warpSPHCore for one device, in parallel, and report the time.
+"""Compile every Warp module of warpSPHCore for one device, in parallel, and report the time
+(`warpsph precompile` with a JSON report, for `make gpu-check`).
 
-Imports every submodule of the package (so that every kernel and overload is registered),
-then calls ``wp.force_load`` with ``--workers`` threads. Used by ``make gpu-check`` to warm
-the kernel cache on a lent CUDA machine before the CUDA-marked tests, and to measure the cold
-compile time of the whole library on that device.
+Used by ``make gpu-check`` to warm the kernel cache on a lent CUDA machine before the
+CUDA-marked tests, and to measure the cold compile time of the whole library on that device.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import pkgutil
 import sys
 import time
 from pathlib import Path
@@ -29,22 +26,12 @@ def main() -> int:
     t0 = time.perf_counter()
     import warp as wp
 
-    import warpSPHCore
+    from warpSPHCore.util.compileNotice import precompile
 
-    for info in pkgutil.walk_packages(warpSPHCore.__path__, "warpSPHCore."):
-        if ".demo" in info.name or info.name.endswith("__main__"):
-            continue
-        importlib.import_module(info.name)
-    wp.init()
     t_import = time.perf_counter() - t0
-    from warp._src.context import user_modules  # the registry of Warp modules
-
-    mods = [m for name, m in user_modules.items() if name.startswith("warpSPHCore")]
-    t1 = time.perf_counter()
-    wp.force_load(device=args.device, modules=mods, max_workers=args.workers)
-    t_load = time.perf_counter() - t1
-    res = {"device": args.device, "workers": args.workers, "modules": len(mods),
-           "import_s": t_import, "compile_s": t_load,
+    out = precompile([args.device], workers=args.workers)
+    res = {"device": args.device, "workers": args.workers, "modules": len(out["modules"]),
+           "import_s": t_import, "compile_s": out["seconds"],
            "kernel_cache": str(wp.config.kernel_cache_dir)}
     print(json.dumps(res, indent=2))
     if args.json:
