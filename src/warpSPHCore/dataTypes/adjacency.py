@@ -49,7 +49,9 @@ def _validateValues(adj) -> None:
     def c(v) -> torch.Tensor:
         return v.to(torch.int64).reshape(()) if isinstance(v, torch.Tensor) else zero + int(v)
 
-    checks = []  # (bad, pos, value, check code, limit, aux), each 0-d on the device
+    # (bad, pos, value, check code, limit, aux), each 0-d on the device; with no rows but
+    # edges, the I_RANGE check already fails
+    checks = []
     with torch.no_grad():
         i, j = adj.i, adj.j
         if E > 0:
@@ -82,8 +84,6 @@ def _validateValues(adj) -> None:
                 bad = (e < start) | (e >= stop)
                 p = _first(bad)
                 checks.append((bad.any(), p, i[p], ef.LIST_ROW_OF_EDGE, start[p], stop[p]))
-        else:  # no rows but edges: the edges' i are out of range (checked above)
-            pass
         flags = torch.stack([c(b) for b, *_ in checks])
         k = _first(flags != 0)
         pick = [torch.stack([c(chk[n]) for chk in checks])[k] for n in range(1, 6)]
