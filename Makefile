@@ -45,9 +45,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# Every test, the slow ones included, and the larger hypothesis profile of the fuzz tests.
+# Every test, the slow ones included, the larger hypothesis profile of the fuzz tests, and
+# the per-configuration specialised kernels in every test (tests/conftest.py).
 test-all: $(STAMP)
-	WARPSPHCORE_HYPOTHESIS_PROFILE=all $(PY) -m pytest -q -p no:cacheprovider -m ""
+	WARPSPHCORE_HYPOTHESIS_PROFILE=all WARPSPHCORE_TEST_SPECIALIZE=all \
+		$(PY) -m pytest -q -p no:cacheprovider -m ""
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
@@ -65,6 +67,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/lint-imports --no-cache
 
 # For a lent CUDA machine: CUDA-marked tests and the benchmarks on cuda:0, as one script.
 gpu-check:

@@ -39,10 +39,39 @@ def _precompileLibrary():
     the one-module-at-a-time compiles of the first tests that use them; on a warm cache it
     only checks the cache. WARPSPHCORE_TEST_PRECOMPILE=0 turns it off."""
     if os.environ.get("WARPSPHCORE_TEST_PRECOMPILE", "1") != "0":
-        from warpSPHCore.util.compileNotice import precompile
+        from warpSPHCore.util.precompile import precompile
 
         precompile(["cpu"], workers=max(1, os.cpu_count() or 1), verbose=False)
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _specializationScope():
+    """Per-configuration specialised kernels (`operators._specialized`) in the test run.
+
+    Each configuration a test uses compiles one small Warp module, and the whole suite would
+    generate some 360 of them (several minutes on a cold cache). The default run therefore
+    keeps the generic kernels, which the references and gradchecks check, and
+    tests/operations/test_specialized.py checks the specialised kernels against them over a
+    covering design of the configurations (every option value with every specialised
+    operator). ``WARPSPHCORE_TEST_SPECIALIZE=all`` (`make test-all`) runs every test with
+    specialisation on, i.e. the full product the suite reaches."""
+    from warpSPHCore.autograd.specialize import setSpecialization
+
+    everywhere = os.environ.get("WARPSPHCORE_TEST_SPECIALIZE", "") == "all"
+    previous = setSpecialization(everywhere)
+    yield
+    setSpecialization(previous)
+
+
+@pytest.fixture
+def specialized():
+    """Specialised kernels on for one test (restored afterwards)."""
+    from warpSPHCore.autograd.specialize import setSpecialization
+
+    previous = setSpecialization(True)
+    yield
+    setSpecialization(previous)
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +98,14 @@ def dtype(request):
 @pytest.fixture(params=[1, 2, 3], ids=["1d", "2d", "3d"])
 def dim(request):
     return request.param
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Report how many per-configuration specialised kernels the run generated (each is one
+    small Warp module, compiled once per configuration: `operators._specialized`)."""
+    import sys
+
+    mod = sys.modules.get("warpSPHCore.operators._specialized")
+    if mod is not None:
+        terminalreporter.write_line(
+            f"warpSPHCore: {mod.specializedKernelCount()} specialised kernels generated")

@@ -15,6 +15,7 @@ import warp as wp
 
 from warpSPHCore.cli import main
 from warpSPHCore.util import compileNotice
+from warpSPHCore.util.precompile import precompile
 from warpSPHCore.util.warpContext import ensureWarp
 
 ensureWarp()
@@ -45,6 +46,20 @@ def test_notice_when_not_cached(fresh, monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
+    """A per-configuration kernel (`operators._specialized`) is announced with its
+    configuration, not as a whole operator module."""
+    from warpSPHCore.operators._specialized import Configuration, _densityKernel
+
+    kernel = _densityKernel(Configuration(3, wp.float64, 30, 16, 1, False, True))
+    monkeypatch.setattr(fresh, "_isCached", lambda module, device: False)
+    fresh.announceCompile(kernel, "cpu")
+    err = capsys.readouterr().err
+    assert ("compiling the Density (kernel 30, partial supports, kind mode 1, grid, "
+            "calibrated, 3D float64) kernel specialised for this call's configuration") in err
+    assert "happens once" in err
+
+
 def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):
     monkeypatch.setattr(fresh, "_isCached", lambda module, device: True)
     fresh.announceCompile(_densityKernel(), "cpu")
@@ -60,7 +75,7 @@ def test_cache_probe_matches_warp(fresh):
     """After a launch the probe finds the module's binary where Warp put it."""
     from warpSPHCore.neighborhood import _kernels
 
-    compileNotice.precompile(["cpu"], ["Search"], verbose=False)
+    precompile(["cpu"], ["Search"], verbose=False)
     module = wp.get_module(_kernels.__name__)
     assert fresh._isCached(module, wp.get_device("cpu"))
 
@@ -76,7 +91,7 @@ def test_precompile_command(capsys):
 
 def test_precompile_rejects_unknown_operator():
     with pytest.raises(ValueError, match="accepted: Density"):
-        compileNotice.precompile(["cpu"], ["Nope"])
+        precompile(["cpu"], ["Nope"])
 
 
 @pytest.mark.slow
@@ -102,7 +117,9 @@ def test_cold_cache_first_call_says_what_compiles(tmp_path):
                        timeout=900)
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("warpSPHCore: compiling")]
-    assert any("of Search" in x for x in lines) and any("of Density" in x for x in lines)
+    assert any("of Search" in x for x in lines)
+    assert any("the Density (kernel 0, gather supports" in x and "specialised" in x
+               for x in lines)
     assert all(str(tmp_path / "cache") in x for x in lines)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=900)

@@ -51,7 +51,8 @@ def _info(args) -> int:
 
 def _precompile(args) -> int:
     """Warm Warp's kernel cache for the chosen devices and operators (`util.compileNotice`)."""
-    from .util.compileNotice import OPERATOR_MODULES, precompile
+    from .util.compileNotice import OPERATOR_MODULES
+    from .util.precompile import precompile
 
     ops = None if args.operators in (None, ["all"]) else args.operators
     if ops is not None:

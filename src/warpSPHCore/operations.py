@@ -1,21 +1,15 @@
 """Public operator entry points `warpOperation` (`operators.md` §7.1) and the flat-tensor
-adapter `sphOperation_warp` (§7.2).
+adapter `sphOperation_warp` (§7.2); `warpOperationJVP` and `warpOperationHVP` are re-exported
+from their own entry modules.
 
-Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape, then
-dispatch through `launchOperator` (`autodiff.md` §2) for all seven operators.
+Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape live
+in `preparation`; dispatch goes through `launchOperator` (`autodiff.md` §2) for all seven
+operators, with the dual-tensor route of `operationsJVP`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
-import torch
-
-from .autograd.operator_spec import Corrections, SPHContext, launchOperator
-from .dataTypes.adjacency import AdjacencyList
-from .dataTypes.compactHashMap import CompactHashMap
-from .dataTypes.corrections import CRKState, asGradHState, asRenormalizationState
+from .dataTypes.corrections import CRKState
 from .dataTypes.operationProperties import OperationProperties
 from .dataTypes.particleState import ParticleState
 from .enumTypes import (
@@ -26,133 +20,19 @@ from .enumTypes import (
     SupportScheme,
     WarpOperation,
 )
-from .operators import operatorEntry
-from .util.conversion import isFunctorchWrapped
-from .util.precision import FLOAT_DTYPES
+from .operationsHVP import warpOperationHVP
+from .operationsJVP import dualRouteJVP, warpOperationJVP
+from .preparation import (  # noqa: F401  (historical private names, kept importable here)
+    _checkAdjacency,
+    _checkParticles,
+    _checkTensors,
+    _collectTensors,
+    _flagMatches,
+    _prepareCall,
+    runOperation,
+)
 
 __all__ = ["warpOperation", "warpOperationJVP", "warpOperationHVP", "sphOperation_warp"]
-
-_WHERE = "warpOperation"
-
-
-def _collectTensors(queryParticles, referenceParticles, domain, queryValues, referenceValues,
-                    queryVolumes, referenceVolumes, crkState, gradHState, renorm):
-    """(name, tensor) of every float tensor of the call (None entries skipped)."""
-    out = []
-
-    def add(name, t):
-        if t is not None:
-            out.append((name, t))
-
-    for role, p in (("queryParticles", queryParticles), ("referenceParticles", referenceParticles)):
-        if p is None or (role == "referenceParticles" and p is queryParticles):
-            continue
-        for f in ("positions", "supports", "masses", "densities"):
-            add(f"{role}.{f}", getattr(p, f, None))
-    add("domain.min", domain.min)
-    add("domain.max", domain.max)
-    add("queryValues", queryValues)
-    if referenceValues is not queryValues:
-        add("referenceValues", referenceValues)
-    add("queryVolumes", queryVolumes)
-    if referenceVolumes is not queryVolumes:
-        add("referenceVolumes", referenceVolumes)
-    if crkState is not None:
-        for f in ("A", "B", "gradA", "gradB"):
-            add(f"crkState.{f}", getattr(crkState, f, None))
-    if gradHState is not None:
-        add("gradHState.queryOmegas", gradHState.queryOmegas)
-        add("gradHState.referenceOmegas", getattr(gradHState, "referenceOmegas", None))
-    if renorm is not None:
-        add("renormalizationState.renormalizationMatrices", renorm.renormalizationMatrices)
-    return out
-
-
-def _checkTensors(tensors, device):
-    for name, t in tensors:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if isFunctorchWrapped(t):
-            raise NotImplementedError(
-                f"{_WHERE}: {name} is a torch.func (functorch) wrapped tensor; torch.func "
-                "transforms are not supported by the Warp bridge. Use "
-                "torch.autograd.forward_ad (dual tensors) or reverse mode instead")
-    found = {name: t.dtype for name, t in tensors}
-    bad = {n: dt for n, dt in found.items() if dt not in FLOAT_DTYPES}
-    if bad:
-        listing = ", ".join(f"{n}={dt}" for n, dt in bad.items())
-        raise TypeError(f"{_WHERE}: unsupported dtype ({listing}); accepted: torch.float32 or "
-                        "torch.float64")
-    if len(set(found.values())) > 1:
-        listing = ", ".join(f"{n}={dt}" for n, dt in found.items())
-        raise TypeError(f"{_WHERE}: all floating-point tensors of one call must share one dtype; "
-                        f"found {listing}")
-    for name, t in tensors:
-        if t.device != device:
-            raise ValueError(f"{_WHERE}: {name} is on {t.device}; every tensor of the call must "
-                             f"be on {device}")
-
-
-def _checkParticles(role: str, p, d: int, device):
-    for f in ("positions", "supports", "masses", "kinds"):
-        if getattr(p, f, None) is None:
-            raise TypeError(f"{_WHERE}: {role}.{f} is required")
-    n = p.positions.shape[0]
-    if p.positions.dim() != 2 or p.positions.shape[1] != d:
-        raise ValueError(f"{_WHERE}: {role}.positions has shape {tuple(p.positions.shape)}; "
-                         f"accepted: [N, {d}] (domain.dim = {d})")
-    for f in ("supports", "masses", "kinds", "densities"):
-        t = getattr(p, f, None)
-        if t is not None and tuple(t.shape) != (n,):
-            raise ValueError(f"{_WHERE}: {role}.{f} has shape {tuple(t.shape)}; accepted: [{n}]")
-    if p.kinds.dtype != torch.int32:
-        raise TypeError(f"{_WHERE}: {role}.kinds has dtype {p.kinds.dtype}; accepted: torch.int32")
-    if p.kinds.device != device:
-        raise ValueError(f"{_WHERE}: {role}.kinds is on {p.kinds.device}; every tensor of the "
-                         f"call must be on {device}")
-    return int(n)
-
-
-def _checkAdjacency(adjacency, nQ: int, nR: int, device):
-    if adjacency is None:
-        return
-    if isinstance(adjacency, AdjacencyList):
-        for f in ("numNeighbors", "edgeOffsets"):
-            t = getattr(adjacency, f)
-            if tuple(t.shape) != (nQ,):
-                raise ValueError(f"{_WHERE}: adjacency.{f} has shape {tuple(t.shape)}; accepted: "
-                                 f"[{nQ}] (the number of queries)")
-        if int(adjacency.numCols) != nR:
-            raise ValueError(f"{_WHERE}: adjacency.numCols = {adjacency.numCols} but there are "
-                             f"{nR} reference particles")
-        if adjacency.j.device != device:
-            raise ValueError(f"{_WHERE}: adjacency is on {adjacency.j.device}; accepted: {device}")
-    elif isinstance(adjacency, CompactHashMap):
-        if tuple(adjacency.sortIndex.shape) != (nR,):
-            raise ValueError(f"{_WHERE}: the CompactHashMap's sortIndex has shape "
-                             f"{tuple(adjacency.sortIndex.shape)}; accepted: [{nR}] (the number "
-                             "of reference particles)")
-        if adjacency.sortIndex.device != device:
-            raise ValueError(f"{_WHERE}: the CompactHashMap is on {adjacency.sortIndex.device}; "
-                             f"accepted: {device}")
-    else:
-        raise TypeError(f"{_WHERE}: adjacency has type {type(adjacency).__name__}; accepted: "
-                        "AdjacencyList, CompactHashMap or None")
-
-
-def _checkPopulation(name: str, t, n: int, what: str):
-    if t is not None and (t.dim() < 1 or t.shape[0] != n):
-        raise ValueError(f"{_WHERE}: {name} has shape {tuple(t.shape)}; accepted: leading axis "
-                         f"{n} ({what})")
-
-
-def _flattenField(values: torch.Tensor):
-    """values ``[N, *S]`` -> (flat ``[N * F]``, S, F). Row-major; gradients flow through."""
-    shape = tuple(values.shape[1:])
-    F = math.prod(shape) if shape else 1
-    n = values.shape[0]
-    flat = values.reshape(n * F)
-    return flat, shape, F
 
 
 def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
@@ -211,276 +91,11 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             the accepted shapes.
         NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities.
     """
-    op, ctx, extras, finalize = _prepareCall(
+    return runOperation(
         queryParticles, operationProperties, domain, queryValues, referenceValues, queryVolumes,
         referenceVolumes, adjacency, referenceParticles, preScatteredQuantities, crkState,
-        gradHState, renormalizationState, consistentDivergence)
-    out = launchOperator(operatorEntry(op).spec, ctx, **extras)
-    if op == WarpOperation.Covariance:
-        C = finalize(out[0])
-        return (C, out[1]) if covarianceReturnNumNeighbors else C
-    return finalize(out)
-
-
-def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
-                 referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
-                 referenceParticles=None, preScatteredQuantities=None, crkState=None,
-                 gradHState=None, renormalizationState=None, consistentDivergence=False):
-    """Validation and defaulting of one operator call, shared by `warpOperation` and
-    `warpOperationJVP`.
-
-    Returns:
-        ``(op, ctx, extras, finalize)``: the `WarpOperation`, the `SPHContext`, the declared
-        extras of the operator's spec (flat values, field width, ...) and ``finalize(raw)``
-        reshaping the kernel's flat (first) output to the public shape.
-    """
-    props = operationProperties
-    if referenceParticles is None:
-        referenceParticles = queryParticles
-    if referenceValues is None:
-        referenceValues = queryValues
-    if referenceVolumes is None:
-        referenceVolumes = queryVolumes
-    try:
-        gradH = asGradHState(gradHState)
-    except TypeError as e:
-        raise ValueError(f"{_WHERE}: {e}") from None
-    try:
-        renorm = asRenormalizationState(renormalizationState)
-    except TypeError as e:
-        raise ValueError(f"{_WHERE}: {e}") from None
-
-    if not isinstance(getattr(queryParticles, "positions", None), torch.Tensor):
-        raise TypeError(f"{_WHERE}: queryParticles must be a ParticleState (positions tensor)")
-    device = queryParticles.positions.device
-    tensors = _collectTensors(queryParticles, referenceParticles, domain, queryValues,
-                              referenceValues, queryVolumes, referenceVolumes, crkState, gradH,
-                              renorm)
-    _checkTensors(tensors, device)
-    for name, t in (("queryParticles.kinds", queryParticles.kinds),
-                    ("referenceParticles.kinds", referenceParticles.kinds)):
-        if isinstance(t, torch.Tensor) and isFunctorchWrapped(t):
-            raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; use "
-                                      "torch.autograd.forward_ad instead")
-
-    d = int(domain.dim)
-    nQ = _checkParticles("queryParticles", queryParticles, d, device)
-    nR = nQ if referenceParticles is queryParticles else _checkParticles(
-        "referenceParticles", referenceParticles, d, device)
-    _checkAdjacency(adjacency, nQ, nR, device)
-    _checkPopulation("queryVolumes", queryVolumes, nQ, "the number of queries")
-    _checkPopulation("referenceVolumes", referenceVolumes, nR, "the number of references")
-    if queryVolumes is not None and queryVolumes.dim() != 1:
-        raise ValueError(f"{_WHERE}: queryVolumes has shape {tuple(queryVolumes.shape)}; "
-                         f"accepted: [{nQ}]")
-    if referenceVolumes is not None and referenceVolumes.dim() != 1:
-        raise ValueError(f"{_WHERE}: referenceVolumes has shape "
-                         f"{tuple(referenceVolumes.shape)}; accepted: [{nR}]")
-    if crkState is not None:
-        if getattr(crkState, "A", None) is None or getattr(crkState, "B", None) is None:
-            raise ValueError(f"{_WHERE}: crkState needs A [N_q] and B [N_q, d]")
-        if tuple(crkState.A.shape) != (nQ,) or tuple(crkState.B.shape) != (nQ, d):
-            raise ValueError(f"{_WHERE}: crkState A/B have shapes {tuple(crkState.A.shape)}/"
-                             f"{tuple(crkState.B.shape)}; accepted: [{nQ}] / [{nQ}, {d}]")
-
-    op = WarpOperation(props.operation)
-    if op == WarpOperation.Custom:
-        raise ValueError(f"{_WHERE}: WarpOperation.Custom cannot be evaluated by warpOperation; "
-                         "write a Warp kernel with the pair functions of warpSPHCore.kernels")
-    ctx = SPHContext(
-        query=queryParticles,
-        properties=dataclasses.replace(props, operation=op),
-        domain=domain,
-        adjacency=adjacency,
-        reference=None if referenceParticles is queryParticles else referenceParticles,
-        corrections=Corrections(volumes=(queryVolumes, referenceVolumes), crk=crkState,
-                                gradH=gradH, renorm=renorm),
-    )
-
-    if op == WarpOperation.Density:
-        return op, ctx, {}, _identity
-    if op == WarpOperation.Covariance:
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, None, renorm, nQ, nR, d, op)
-        return op, ctx, {}, _reshaper((nQ, d, d))
-
-    # value operators
-    if queryValues is None and referenceValues is None:
-        raise ValueError(f"{_WHERE}: {op.name} needs queryValues and/or referenceValues "
-                         "(pre-scattered quantities are not supported)")
-    if preScatteredQuantities is not None:
-        raise NotImplementedError(f"{_WHERE}: preScatteredQuantities is not supported")
-    _checkPopulation("queryValues", queryValues, nQ, "the number of queries")
-    _checkPopulation("referenceValues", referenceValues, nR, "the number of references")
-    if (queryValues is not None and referenceValues is not None
-            and tuple(queryValues.shape[1:]) != tuple(referenceValues.shape[1:])):
-        raise ValueError(f"{_WHERE}: {op.name}: queryValues and referenceValues have "
-                         f"different field shapes ({tuple(queryValues.shape)} vs "
-                         f"{tuple(referenceValues.shape)}); accepted: [N_q, *S] and [N_r, *S] "
-                         "with the same trailing shape S")
-    if op == WarpOperation.Interpolate:
-        if referenceValues is None:
-            raise ValueError(f"{_WHERE}: Interpolate needs referenceValues (or queryValues)")
-        if referenceVolumes is None and getattr(referenceParticles, "densities", None) is None:
-            raise ValueError(f"{_WHERE}: Interpolate without volumes uses V_j = m_j / rho_j and "
-                             "needs referenceParticles.densities (or pass referenceVolumes)")
-        flat, shape, F = _flattenField(referenceValues)
-        return op, ctx, {"referenceValues": flat, "fieldWidth": F}, _reshaper((nQ,) + shape)
-    if queryValues is None or referenceValues is None:
-        raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
-    qFlat, shape, F = _flattenField(queryValues)
-    rFlat, _, _ = _flattenField(referenceValues)
-    values = torch.cat((qFlat, rFlat))
-    if op == WarpOperation.Gradient:
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return (op, ctx, {"values": values, "fieldWidth": F},
-                _reshaper((nQ,) + shape + (d,)))
-    if op == WarpOperation.Divergence:
-        outShape = _divergenceShape(shape, d, bool(props.divergenceDotMode))
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op,
-                             consistent=bool(consistentDivergence))
-        return (op, ctx, {"values": values, "fieldWidth": F,
-                          "consistentDivergence": bool(consistentDivergence)},
-                _reshaper((nQ,) + outShape))
-    if op == WarpOperation.Curl:
-        outShape = _curlShape(shape, d)
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + outShape)
-    if op == WarpOperation.Laplacian:
-        _laplacianShape(props, shape, d)
-        if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive:
-            # The analytic kernel Laplacian is never CRK- or renormalization-corrected
-            # (operators.md §2.6): the states are accepted and not handed to the kernel.
-            ctx.corrections = dataclasses.replace(ctx.corrections, crk=None, renorm=None)
-            crkState, renorm = None, None
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + shape)
-    raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented")  # pragma: no cover
-
-
-
-
-def _identity(raw):
-    return raw
-
-
-def _reshaper(shape: tuple):
-    def finalize(raw):
-        return raw.reshape(shape)
-    return finalize
-
-
-def _shapeError(op: str, d: int, accepted: str, shape: tuple) -> ValueError:
-    found = f"[N, {', '.join(map(str, shape))}]" if shape else "a scalar [N]"
-    return ValueError(f"{_WHERE}: {op} of a field of shape {found} in {d}D is not defined; "
-                      f"accepted: {accepted}")
-
-
-def _divergenceShape(shape: tuple, d: int, dotMode: bool) -> tuple:
-    """Output field shape of Divergence (`operators.md` §2.4, §3); ValueError otherwise."""
-    if d == 1 and shape in ((), (1,)):
-        return ()
-    scalar1D = " or a scalar [N]" if d == 1 else ""
-    if dotMode:
-        if shape and shape[-1] == d:
-            return shape[:-1]
-        raise _shapeError("Divergence (divergenceDotMode=True)", d,
-                          f"fields [N, ..., {d}] whose last axis has length d = {d}{scalar1D}",
-                          shape)
-    if shape and shape[0] == d:
-        return shape[1:]
-    raise _shapeError("Divergence", d,
-                      f"fields [N, {d}, ...] whose first axis has length d = {d}{scalar1D}",
-                      shape)
-
-
-def _curlShape(shape: tuple, d: int) -> tuple:
-    """Output field shape of Curl (`operators.md` §2.5, §3); ValueError otherwise."""
-    if d == 1:
-        if shape in ((), (1,)):
-            return ()
-        raise _shapeError("Curl", d, "[N] or [N, 1] (the 1D curl is zero)", shape)
-    if not shape or shape[0] != d:
-        raise _shapeError("Curl", d, f"fields [N, {d}, ...] whose first axis has length d = {d} "
-                          "(vector [N, d], matrix [N, d, d])", shape)
-    if d == 2:
-        return shape[1:] if len(shape) > 1 else (1,)
-    return shape
-
-
-def _laplacianShape(props, shape: tuple, d: int) -> None:
-    """Shape rules of the Laplacian (`operators.md` §2.6, §3); ValueError otherwise."""
-    F = math.prod(shape) if shape else 1
-    if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Dot and d > 1 and F % d != 0:
-        raise _shapeError("Laplacian (Dot)", d, f"fields whose flat width is a multiple of d = "
-                          f"{d} (the projection acts on consecutive d-blocks)", shape)
-    if props.positiveDivergence and F != d:
-        raise _shapeError("Laplacian (positiveDivergence=True)", d, f"vector fields [N, {d}]"
-                          + (" or a scalar [N]" if d == 1 else ""), shape)
-
-
-def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gradH, renorm,
-                         nQ, nR, d, op, consistent=False):
-    """Validation of the corrected-gradient operators (Gradient, Divergence, Curl, Laplacian,
-    Covariance; `operators.md` §2.3-2.7, §4): densities, complete CRK, Omega and L shapes."""
-    name = op.name
-    symmetric = (op != WarpOperation.Covariance
-                 and GradientScheme(props.gradientMode) == GradientScheme.Symmetric)
-    if symmetric:
-        for role, p in (("queryParticles", query), ("referenceParticles", reference)):
-            if getattr(p, "densities", None) is None:
-                raise ValueError(f"{_WHERE}: {name} (Symmetric) uses masses and densities "
-                                 f"(m_j rho_i / rho_j^2 ...) and needs {role}.densities (even "
-                                 "with volumes)")
-    elif consistent:
-        roles = (("queryParticles", query),)
-        if referenceVolumes is not None:
-            roles += (("referenceParticles", reference),)
-        for role, p in roles:
-            if getattr(p, "densities", None) is None:
-                raise ValueError(f"{_WHERE}: Divergence with consistentDivergence=True uses "
-                                 "V_j = referenceVolumes_j rho_j / rho_i (or m_j / rho_i) and "
-                                 f"needs {role}.densities")
-    elif referenceVolumes is None and getattr(reference, "densities", None) is None:
-        raise ValueError(f"{_WHERE}: {name} without volumes uses V_j = m_j / rho_j and needs "
-                         "referenceParticles.densities (or pass referenceVolumes)")
-    if crkState is not None:
-        gA, gB = getattr(crkState, "gradA", None), getattr(crkState, "gradB", None)
-        if gA is None or gB is None:
-            raise ValueError(f"{_WHERE}: {name} uses the corrected gradient and needs "
-                             "crkState.gradA [N_q, d] and crkState.gradB [N_q, d, d] (got None)")
-        if tuple(gA.shape) != (nQ, d) or tuple(gB.shape) != (nQ, d, d):
-            raise ValueError(f"{_WHERE}: crkState gradA/gradB have shapes {tuple(gA.shape)}/"
-                             f"{tuple(gB.shape)}; accepted: [{nQ}, {d}] / [{nQ}, {d}, {d}]")
-    if gradH is not None:
-        qO = gradH.queryOmegas
-        rO = getattr(gradH, "referenceOmegas", None)
-        rO = qO if rO is None else rO
-        if tuple(qO.shape) != (nQ,) or tuple(rO.shape) != (nR,):
-            raise ValueError(f"{_WHERE}: gradHState Omegas have shapes {tuple(qO.shape)}/"
-                             f"{tuple(rO.shape)} (query/reference); accepted: [{nQ}] / [{nR}]")
-    if renorm is not None:
-        L = renorm.renormalizationMatrices
-        if tuple(L.shape) != (nQ, d, d):
-            raise ValueError(f"{_WHERE}: renormalizationState.renormalizationMatrices has shape "
-                             f"{tuple(L.shape)}; accepted: [{nQ}, {d}, {d}]")
-
-
-def _flagMatches(flag: bool, flagName: str, tensors: dict, required: tuple) -> None:
-    """A `useX` flag and its tensors must agree (`operators.md` §7.2)."""
-    given = [name for name, t in tensors.items() if t is not None]
-    if flag:
-        missing = [name for name in required if tensors[name] is None]
-        if missing:
-            raise ValueError(f"sphOperation_warp: {flagName}=True but {', '.join(missing)} "
-                             "is None; pass the tensors or leave the flag False")
-    elif given:
-        raise ValueError(f"sphOperation_warp: {', '.join(given)} given but {flagName}=False; "
-                         f"set {flagName}=True to use them")
+        gradHState, renormalizationState, consistentDivergence, covarianceReturnNumNeighbors,
+        dualRoute=dualRouteJVP)
 
 
 def sphOperation_warp(queryPositions, referencePositions, querySupports, referenceSupports,
@@ -582,7 +197,3 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
         gradHState=gradH,
         renormalizationState=renormalizationMatrices if useGradientRenormalization else None,
         consistentDivergence=consistentDivergence)
-
-
-from .operationsJVP import warpOperationJVP  # noqa: E402  (re-export; it imports _prepareCall)
-from .operators.densityHVP import warpOperationHVP  # noqa: E402  (re-export)

@@ -2,7 +2,7 @@
 (§9.4), and the dual-tensor route's closure (§9.7). Re-exported by `operations`.
 
 One core, `jvpFromContext(op, ctx, extras, tangents)`, serves both routes: it works on the
-kernel-level representation of a prepared call (`operations._prepareCall`: the `SPHContext`,
+kernel-level representation of a prepared call (`preparation.prepareCall`: the `SPHContext`,
 the declared extras with the flat values, and `GeometryTangents` whose value tangent has the
 flat layout of the values) and returns the raw flat output.
 
@@ -60,6 +60,7 @@ from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOp
 from .dataTypes.corrections import CRKTangentState
 from .enumTypes import LaplacianScheme, WarpOperation
 from .operators import operatorEntry
+from .preparation import _prepareCall, runOperation
 from .util.precision import warpScalar
 
 __all__ = ["warpOperationJVP", "jvpFromContext", "checkJVPScope", "dualRouteJVP"]
@@ -158,7 +159,7 @@ def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
         if valueName is None:
             raise NotImplementedError(f"{_WHERE}: {op.name} has no value input (no value "
                                       "tangent); accepted: geometry tangents")
-        out = launchOperator(spec, ctx, **{**extras, valueName: t.tValues})
+        out = launchOperator(spec, ctx, dualRoute=dualRouteJVP, **{**extras, valueName: t.tValues})
         return out[0] if isinstance(out, tuple) else out
     kernel = spec.jvp.geometryKernel if spec.jvp is not None else None
     if kernel is None:
@@ -260,8 +261,6 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """
-    from .operations import _prepareCall, warpOperation
-
     op = WarpOperation(operationProperties.operation)
     selfRef = referenceParticles is None or referenceParticles is queryParticles
     # the reference values are the query values when the primal defaults them (None) or is
@@ -309,12 +308,12 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                 tq = torch.zeros_like(queryValues)
             if tr is None and referenceValues is not None:
                 tr = torch.zeros_like(referenceValues)
-            return warpOperation(queryParticles, operationProperties, domain, queryValues=tq,
-                                 referenceValues=tr, **primal)
+            return runOperation(queryParticles, operationProperties, domain, queryValues=tq,
+                                referenceValues=tr, dualRoute=dualRouteJVP, **primal)
         with torch.no_grad():
-            out = warpOperation(queryParticles, operationProperties, domain,
-                                queryValues=queryValues, referenceValues=referenceValues,
-                                **primal)
+            out = runOperation(queryParticles, operationProperties, domain,
+                               queryValues=queryValues, referenceValues=referenceValues,
+                               dualRoute=dualRouteJVP, **primal)
         return torch.zeros_like(out[0] if isinstance(out, tuple) else out)
 
     if op in _VALUE_OPS and op != WarpOperation.Interpolate and (

@@ -50,7 +50,7 @@ from warpSPHCore import (
     latticeDensityFactor,
 )
 from warpSPHCore.operations import warpOperation, warpOperationJVP
-from warpSPHCore.operators.densityHVP import warpOperationHVP
+from warpSPHCore.operationsHVP import warpOperationHVP
 
 F64 = torch.float64
 DENS = WarpOperation.Density

@@ -25,7 +25,8 @@ from sph_reference import kr, makeDomain, neighbourStructure, props, supportMarg
 
 from warpSPHCore import ParticleState, SupportScheme, WarpOperation
 from warpSPHCore.operations import _prepareCall, warpOperation
-from warpSPHCore.operators.densityHVP import launchHVP, warpOperationHVP
+from warpSPHCore.operationsHVP import warpOperationHVP
+from warpSPHCore.operators.densityHVP import launchHVP
 
 F64 = torch.float64
 EPS = 1e-5

@@ -98,7 +98,10 @@ def _assertSame(monkeypatch, *args, **kw):
     routeT, outT, gT = _run(monkeypatch, True, *args, **kw)
     assert routeK == "gradientVJPKernel"
     assert routeT is None
-    assert torch.equal(outK, outT)
+    # the reverse-kernel route runs the forward on the configuration's specialised kernel,
+    # the tape route on the generic one: the same sum to rounding (operators._specialized)
+    torch.testing.assert_close(outK, outT, rtol=1e-12,
+                               atol=1e-12 * max(1.0, float(outT.abs().max())))
     for k, (a, b) in enumerate(zip(gK, gT)):
         assert (a is None) == (b is None), k
         if a is None:

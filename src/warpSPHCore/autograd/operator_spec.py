@@ -104,6 +104,9 @@ class OperatorSpec:
         tiledKernel: optional multi-lane CUDA variant (`autodiff.md` §8.4).
         reverse: optional `autograd.reverse.ReverseSpec`, a hand-written reverse kernel used
             instead of Warp's generated adjoint for the calls it declares eligible.
+        specialize: optional factory ``(config) -> kernel | None`` of forward-only kernels
+            specialised on a call's configuration (`autograd.specialize`), used for the
+            launches that no `wp.Tape` records.
     """
 
     kernel: Any
@@ -114,6 +117,7 @@ class OperatorSpec:
     jvp: Optional[JVPSpec] = None
     tiledKernel: Any = None
     reverse: Any = None
+    specialize: Any = None
 
 
 @dataclass(frozen=True)
@@ -197,21 +201,25 @@ def _validateExtras(spec: OperatorSpec, extras: dict) -> None:
                             "asScalarArg)")
 
 
-def _build_geometry_jvp_fn(spec: OperatorSpec, ctx: SPHContext, extras: dict):
+def _build_geometry_jvp_fn(spec: OperatorSpec, ctx: SPHContext, extras: dict, dualRoute):
     """The dual-tensor route's `jvp_fn` (`autodiff.md` §9.7): captures this call's context and
-    extras (the caller's own objects) and delegates to `operationsJVP.dualRouteJVP`, the same
-    core as `warpOperationJVP`."""
+    extras (the caller's own objects) and delegates to `dualRoute` (the entry points pass
+    `operationsJVP.dualRouteJVP`, the same core as `warpOperationJVP`)."""
 
     def jvp_fn(bridgeCtx, flat_tangents):
-        from ..operationsJVP import dualRouteJVP
-
-        return dualRouteJVP(spec, ctx, extras, flat_tangents, bridgeCtx.live_mask)
+        return dualRoute(spec, ctx, extras, flat_tangents, bridgeCtx.live_mask)
 
     return jvp_fn
 
 
-def launchOperator(spec: OperatorSpec, ctx: SPHContext, **extras):
+def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **extras):
     """Launch `spec.kernel` for the call described by `ctx` with the declared `extras`.
+
+    `dualRoute` ``(spec, ctx, extras, flat_tangents, live_mask) -> tangents`` is the
+    forward-mode rule of an operator with a `JVPSpec` (dual tensors reaching the launch);
+    the caller passes it (`operationsJVP.dualRouteJVP`), so this bridge layer does not import
+    the entry points. Without it a live dual tangent reaching the launch raises
+    NotImplementedError.
 
     Raises:
         NotImplementedError: ``ctx.mode == ExecutionMode.FORWARD``.
@@ -234,9 +242,11 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, **extras):
     numThreads = None
     if spec.numThreads is not None:
         numThreads = int(_resolve(spec.numThreads, ctx, extras))
-    jvp_fn = _build_geometry_jvp_fn(spec, ctx, extras) if spec.jvp is not None else None
+    jvp_fn = None
+    if spec.jvp is not None and dualRoute is not None:
+        jvp_fn = _build_geometry_jvp_fn(spec, ctx, extras, dualRoute)
     additional = tuple(extras[e.name] for e in spec.extras)
     kinds = tuple(e.kind for e in spec.extras)
     return _launch(spec.kernel, ctx.stateTuple(), additional, outputShape, outputDtype,
                    numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=kinds,
-                   reverse=spec.reverse)
+                   reverse=spec.reverse, specialize=spec.specialize)

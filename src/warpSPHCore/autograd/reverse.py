@@ -40,6 +40,7 @@ from typing import Any
 import warp as wp
 
 from .launcher import deviceOfArgs, launch_reverse, structFields
+from .specialize import specializedKernel
 
 __all__ = ["ReverseSpec", "reverseKernelsEnabled", "gradientBuffersWithin", "recordReverse",
            "vectorView"]
@@ -53,11 +54,14 @@ class ReverseSpec:
         kernel: the Warp reverse kernel (launched without a tape; ``enable_backward=False``).
         eligible: ``(config, args) -> bool``, host-side.
         build: ``(config, args, outputs) -> (dim, inputs)`` of the reverse launch.
+        specialize: optional ``(config) -> kernel | None``, the reverse kernel specialised on
+            the call's configuration (`autograd.specialize`).
     """
 
     kernel: Any
     eligible: Callable
     build: Callable
+    specialize: Any = None
 
 
 def reverseKernelsEnabled() -> bool:
@@ -120,10 +124,11 @@ def recordReverse(tape: wp.Tape, spec: ReverseSpec, config: dict, args, outputs,
     args = tuple(args)
     outputs = tuple(outputs)
     device = deviceOfArgs(args)
+    kernel = specializedKernel(spec.specialize, config, spec.kernel)
 
     def backward():
         dim, launchInputs = spec.build(config, args, outputs)
-        launch_reverse(spec.kernel, dim, launchInputs, device)
+        launch_reverse(kernel, dim, launchInputs, device)
 
     # empty arrays have nothing to zero (and `record_func` rejects them)
     tracked = [a for a in list(outputs) + list(inputs)

@@ -59,6 +59,7 @@ from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
 from .launcher import COURIER, castTorchToWarp, outputIsFloat, torchStreamAsWarp
 from .reverse import recordReverse, reverseKernelsEnabled
+from .specialize import specializedKernel
 
 __all__ = ["StateAwareWarpFunction", "hasLiveTangent", "fieldCacheGradEnabled",
            "_liveTangentMask", "_N_NON_TENSOR"]
@@ -104,6 +105,15 @@ def _activeWarpTape():
     initialised); entering a second tape would raise an anonymous Warp RuntimeError."""
     runtime = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
     return getattr(runtime, "tape", None)
+
+
+def _untaped(build_fn, kernel):
+    """The kernel of a launch that no tape records: the operator's specialised kernel for
+    this call's configuration when it declares one (`autograd.specialize`), else `kernel`."""
+    factory = getattr(build_fn, "specialize", None)
+    if factory is None:
+        return kernel
+    return specializedKernel(factory, build_fn.config, kernel)
 
 
 def _kernelName(kernel) -> str:
@@ -217,14 +227,15 @@ class StateAwareWarpFunction(torch.autograd.Function):
                                                 reverse.eligible(build_fn.config, args)):
                     reverse = None
                 if reverse is not None:
-                    result = launcher(kernel, output_shape, output_dtype, *args)
+                    result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype,
+                                      *args)
                 else:
                     with tape:
                         result = launcher(kernel, output_shape, output_dtype, *args)
             else:
                 reverse = None
                 tape = None
-                result = launcher(kernel, output_shape, output_dtype, *args)
+                result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype, *args)
 
         multi = isinstance(result, (tuple, list))
         outs = tuple(result) if multi else (result,)

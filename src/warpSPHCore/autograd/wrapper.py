@@ -80,7 +80,8 @@ def _castScalar(value, scalar):
 
 
 def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, outputDtype=None,
-            numThreads=None, jvp_fn=None, extraKinds=None, lanes=None, reverse=None):
+            numThreads=None, jvp_fn=None, extraKinds=None, lanes=None, reverse=None,
+            specialize=None):
     """Run one operator launch through the bridge.
 
     Args:
@@ -94,6 +95,8 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
         extraKinds: per extra TENSOR (0) / SCALAR (1); default by isinstance.
         lanes: lanes of an optional tiled kernel.
         reverse: optional `reverse.ReverseSpec` (a hand-written reverse kernel).
+        specialize: optional factory of specialised forward-only kernels
+            (`autograd.specialize`).
     """
     (query, properties, domain, qVol, rVol, adjacency, reference, crk, gradH,
      renorm) = stateTuple
@@ -104,12 +107,13 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
                                          site=siteId(kernel))
     return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
                        additionalArguments, outputShape, outputDtype, numThreads=numThreads,
-                       jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse)
+                       jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse,
+                       specialize=specialize)
 
 
 def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outputShape=None,
                 outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None,
-                reverse=None):
+                reverse=None, specialize=None):
     """The engine behind `_launch` and `jvpCommon.launchGeometryJVP`: `flat` is the state
     list (36 slots, or 36 + the tangent block) and ``build_state(arrays, use_bundle)`` turns
     its Warp views into the kernel's leading arguments; the extras follow. `reverse` (a
@@ -153,6 +157,7 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
 
     build_fn.config = build_state.config
     build_fn.reverse = reverse
+    build_fn.specialize = specialize
 
     wrapped_jvp = jvp_fn
     if jvp_fn is not None and pruned:

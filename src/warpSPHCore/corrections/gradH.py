@@ -26,6 +26,7 @@ from ..kernels.evaluation import sphKernelDkDh
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..operators._traversal import makeNeighborSum, pairVector
+from ..preparation import _checkAdjacency, _checkParticles, _checkTensors, _collectTensors
 from ..util.precision import warpScalar
 
 __all__ = ["computeOmega", "omegaPairTerm", "omegaKernel", "OMEGA_SPEC"]
@@ -111,13 +112,6 @@ def computeOmega(queryParticles, operationProperties, domain, adjacency=None,
         ValueError: missing query densities, shapes, devices. TypeError: dtypes, types.
         NotImplementedError: torch.func-wrapped tensors; a live forward-mode tangent.
     """
-    from ..operations import (  # deferred: operations imports the operators
-        _checkAdjacency,
-        _checkParticles,
-        _checkTensors,
-        _collectTensors,
-    )
-
     if not hasattr(queryParticles, "positions"):
         raise TypeError(f"{_WHERE}: queryParticles must be a ParticleState")
     reference = queryParticles if referenceParticles is None else referenceParticles

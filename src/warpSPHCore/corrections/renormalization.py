@@ -52,6 +52,7 @@ from ..autograd.launcher import launch_kernel
 from ..autograd.stateAwareWarpFunction import StateAwareWarpFunction
 from ..dataTypes.corrections import RenormalizationState, RenormalizationTangentState
 from ..enumTypes import WarpOperation
+from ..operations import warpOperation, warpOperationJVP
 from ..util.conversion import isFunctorchWrapped
 from ..util.precision import warpScalar
 from ._renormKernels import pinv1Kernel, pinv2Kernel, pinv3Kernel
@@ -311,8 +312,6 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
         supports, masses, densities, volumes, CRK tensors and a given L; no host sync.
         Forward mode: `computeRenormalizationMatricesJVP`.
     """
-    from ..operations import warpOperation  # deferred: operations imports the operators
-
     props = dataclasses.replace(operationProperties, operation=WarpOperation.Covariance)
     C, n = warpOperation(queryParticles, props, domain, queryVolumes=queryVolumes,
                          referenceVolumes=referenceVolumes, adjacency=adjacency,
@@ -365,8 +364,6 @@ def computeRenormalizationMatricesJVP(queryParticles, operationProperties, domai
         ``(RenormalizationState(L), RenormalizationTangentState(dL))``. Reverse-differentiable
         (reverse over forward); no host sync.
     """
-    from ..operations import warpOperation, warpOperationJVP  # deferred (import cycle)
-
     props = dataclasses.replace(operationProperties, operation=WarpOperation.Covariance)
     common = dict(queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
                   adjacency=adjacency, referenceParticles=referenceParticles)

@@ -46,6 +46,7 @@ from typing import Any
 
 import warp as wp
 
+from ..autograd.arg_extract import structFor
 from ..kernels.geometry import computeDistanceVec
 from ..neighborhood.traversal import (
     KIND_GRID_INDEX_W,
@@ -160,7 +161,6 @@ def _withZeroReplay(fn, replay, name: str, structure: str, tangent: bool = False
     the whole traversal. Only for sums whose value the calling kernel does not use in its
     adjoint (not the CRK volume, CRK density or Omega kernels, which divide by or multiply
     with the sum)."""
-    from ..autograd.arg_extract import structFor
 
     result = None
     for s in (wp.float32, wp.float64):

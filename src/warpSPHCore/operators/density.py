@@ -28,6 +28,7 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._specialized import densitySpecialized
 from ._tangents import kernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
@@ -132,4 +133,5 @@ DENSITY_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=ShapeOf.QUERY),),
     extras=(),
     jvp=JVPSpec(geometryKernel=densityJVPKernel),
+    specialize=densitySpecialized,
 )

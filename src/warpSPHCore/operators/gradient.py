@@ -60,6 +60,7 @@ from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientVJP_ij
+from ._specialized import gradientSpecialized, gradientVJPSpecialized
 from ._tangents import (
     coefficientTangentPresent,
     correctedGradientJVP_ij,
@@ -274,7 +275,7 @@ def _reverseLaunch(config, args, outputs):
 
 
 GRADIENT_REVERSE = ReverseSpec(kernel=gradientVJPKernel, eligible=_reverseEligible,
-                               build=_reverseLaunch)
+                               build=_reverseLaunch, specialize=gradientVJPSpecialized)
 
 
 def _callScalar(ctx, extras):
@@ -298,4 +299,5 @@ GRADIENT_SPEC = OperatorSpec(
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
     reverse=GRADIENT_REVERSE,
+    specialize=gradientSpecialized,
 )

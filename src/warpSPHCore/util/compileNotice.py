@@ -10,22 +10,20 @@ writes one line to stderr (through ``tqdm.write``, so progress bars stay intact)
 compiled, for which device, that it happens once, and where the cache is.
 ``WARPSPHCORE_COMPILE_NOTICE=0`` silences it.
 
-`precompile(devices, operators, workers)` loads the library's modules ahead of time with
-Warp's parallel module loading (``wp.force_load``), for users, containers and CI
-(``warpsph precompile``).
+`util.precompile.precompile(devices, operators, workers)` loads the library's modules ahead
+of time with Warp's parallel module loading (``wp.force_load``), for users, containers and
+CI (``warpsph precompile``).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
-import time
 
 import warp as wp
 
-__all__ = ["announceCompile", "precompile", "OPERATOR_MODULES", "moduleLabel"]
+__all__ = ["announceCompile", "OPERATOR_MODULES", "moduleLabel", "specializedLabel"]
 
 #: operator name -> the warpSPHCore modules its launches compile (primal, JVP and reverse
 #: kernels live in one module per operator; the traversal/coefficient modules hold only
@@ -61,6 +59,26 @@ def moduleLabel(moduleName: str) -> str:
     short = moduleName[len("warpSPHCore."):] if moduleName.startswith("warpSPHCore.") \
         else moduleName
     return _LABELS.get(short, short)
+
+
+#: module-name prefix of the per-configuration kernels of `operators._specialized`
+_SPECIALIZED_PREFIX = "warpSPHCore_"
+
+
+def specializedLabel(moduleName: str) -> str:
+    """``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
+    supports, kind mode 9, csr, 2D float32)``."""
+    parts = moduleName[len(_SPECIALIZED_PREFIX):].split("_")
+    try:
+        op, kern, support, mode, trav = parts[:5]
+        rest = parts[5:-1]
+        cal = ", calibrated" if rest and rest[0] == "cal" else ""
+        d, s = rest[-2], rest[-1]
+        scalar = {"f32": "float32", "f64": "float64"}.get(s, s)
+        return (f"{op[0].upper()}{op[1:]} (kernel {kern[1:]}, {support} supports, kind mode "
+                f"{mode[1:]}, {trav}{cal}, {d.upper()} {scalar})")
+    except (ValueError, IndexError):
+        return moduleName
 
 
 def _enabled() -> bool:
@@ -114,52 +132,11 @@ def announceCompile(kernel, device) -> None:
     dev = wp.get_device(device)
     if _isCached(module, dev):
         return
-    _say(f"warpSPHCore: compiling the Warp kernels of {moduleLabel(module.name)} "
-         f"({module.name}, float32/float64 x 1D/2D/3D) for {dev.alias}. This happens once: "
-         f"the result is cached in {wp.config.kernel_cache_dir}. `warpsph precompile` does it "
-         "ahead of time.")
-
-
-def precompile(devices=("cpu",), operators=None, workers: int | None = None,
-               verbose: bool = True) -> dict:
-    """Compile (or load from the cache) the library's Warp modules ahead of time.
-
-    Args:
-        devices: Warp device aliases (``"cpu"``, ``"cuda:0"``).
-        operators: names of `OPERATOR_MODULES` (e.g. ``["Density", "Gradient"]``) or None for
-            every module of the library.
-        workers: threads for Warp's parallel module loading (default: Warp's, at most 4).
-        verbose: print one line per module and device.
-
-    Returns:
-        ``{"modules": [...], "devices": [...], "seconds": float}``.
-    """
-    from .warpContext import ensureWarp
-
-    ensureWarp()
-    if operators is None:
-        names = sorted({m for mods in OPERATOR_MODULES.values() for m in mods})
+    if module.name.startswith(_SPECIALIZED_PREFIX):
+        what = (f"the {specializedLabel(module.name)} kernel specialised for this call's "
+                "configuration")
     else:
-        unknown = [o for o in operators if o not in OPERATOR_MODULES]
-        if unknown:
-            raise ValueError(f"precompile: unknown operators {unknown}; accepted: "
-                             f"{', '.join(OPERATOR_MODULES)} (or None for all)")
-        names = sorted({m for o in operators for m in OPERATOR_MODULES[o]})
-    mods = []
-    for short in names:
-        importlib.import_module(f"warpSPHCore.{short}")
-        mods.append(wp.get_module(f"warpSPHCore.{short}"))
-    todo = [(m, wp.get_device(d)) for d in devices for m in mods]
-    if verbose:
-        for m, d in todo:
-            state = "cached" if _isCached(m, d) else "compiling"
-            _say(f"  {moduleLabel(m.name):16s} {d.alias:8s} {state}")
-    t0 = time.perf_counter()
-    for _, d in todo:
-        _SEEN.update((m.name, str(d)) for m in mods)
-    wp.force_load(device=list(devices), modules=mods, max_workers=workers)
-    seconds = time.perf_counter() - t0
-    if verbose:
-        _say(f"warpSPHCore: {len(mods)} modules ready on {', '.join(devices)} in {seconds:.1f} s "
-             f"(cache: {wp.config.kernel_cache_dir})")
-    return {"modules": [m.name for m in mods], "devices": list(devices), "seconds": seconds}
+        what = (f"the Warp kernels of {moduleLabel(module.name)} ({module.name}, "
+                "float32/float64 x 1D/2D/3D)")
+    _say(f"warpSPHCore: compiling {what} for {dev.alias}. This happens once: the result is "
+         f"cached in {wp.config.kernel_cache_dir}. `warpsph precompile` does it ahead of time.")

@@ -32,6 +32,9 @@ import os
 import threading
 
 import torch
+import warp as wp
+
+from .warpContext import ensureWarp
 
 __all__ = [
     "ERROR_SLOTS",
@@ -186,10 +189,6 @@ def errorArray(device):
     key = _key(str(device))
     arr = _ARRAYS.get(key)
     if arr is None:
-        import warp as wp
-
-        from .warpContext import ensureWarp
-
         ensureWarp()
         arr = _ARRAYS[key] = wp.from_torch(errorBuffer(key), dtype=wp.int64)
     return arr

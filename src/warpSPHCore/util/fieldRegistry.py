@@ -45,6 +45,7 @@ import os
 import torch
 import warp as wp
 
+from .conversion import castTorchToWarp, warpDtypeAsBuiltins
 from .warpContext import ensureWarp
 
 __all__ = [
@@ -191,24 +192,10 @@ def _cacheable(t: torch.Tensor) -> bool:
     return t.numel() > 0 and tuple(t.stride()) == _canonicalStrides(t.shape)
 
 
-_CASTS = []
-
-
-def _casts():
-    # The dtype mapping has one definition, in autograd/launcher.py; imported lazily because
-    # importing the autograd package imports this module.
-    if not _CASTS:
-        from ..autograd.launcher import castTorchToWarp, warpDtypeAsBuiltins  # noqa: PLC0415
-
-        _CASTS.extend((castTorchToWarp, warpDtypeAsBuiltins))
-    return _CASTS
-
-
 def _freshView(t: torch.Tensor, dtype, requires_grad: bool) -> wp.array:
-    cast, builtinsDtype = _casts()
     if dtype is None:
-        dtype = builtinsDtype(t)
-    return cast(t, dtype, requires_grad=requires_grad)
+        dtype = warpDtypeAsBuiltins(t)
+    return castTorchToWarp(t, dtype, requires_grad=requires_grad)
 
 
 def acquireView(t: torch.Tensor, role: Role = Role.PRIMAL, dtype=None, *,

@@ -1,0 +1,158 @@
+"""Lean hand-written Warp kernels: the throughput floors of `make bench` (issue 15).
+
+A floor says how far an operator is from what the hardware allows, so it is written the way
+a performance-minded user would write the one case by hand: plain arrays (no structs), the
+Wendland2 formula written out (no library functions, no kernel-id dispatch), the dimension
+and the scalar type fixed per compiled kernel, the periodic minimum image as
+``x - L round(x / L)`` on every axis, a CSR neighbour list. Nothing else: no kinds masking,
+no support schemes, no index checks, no calibration.
+
+* `leanDensity(D, S)`:   rho_i = sum_j m_j W(x_ij, h_i)
+* `leanGradient(D, S)`:  out_i = sum_j f_j (m_j / rho_j) grad W(x_ij, h_i)  (Naive scheme,
+  scalar field), with Warp's generated adjoint for ``wp.Tape`` (the neighbour loop lives in
+  its own function and only accumulates, so the adjoint is exact: warp-pitfalls W3, W71).
+
+Wendland2 for d >= 2 (`kernels.md` §3): W = C_d (1 - q)^4 (1 + 4 q) / h^d and
+grad W = -20 C_d (1 - q)^3 x_ij / h^(d+2) for q = |x_ij| / h <= 1.
+
+`LeanRunner` holds the prebuilt Warp views of one case and launches these kernels.
+"""
+
+# no `from __future__ import annotations`: the kernels' annotations name closure variables
+
+import functools
+
+import torch
+import warp as wp
+
+from warpSPHCore.enumTypes import KernelFunctions
+from warpSPHCore.kernels.constants import C_D
+
+__all__ = ["leanDensity", "leanGradient", "LeanRunner"]
+
+
+def _types(d: int, scalar):
+    return wp.types.vector(length=d, dtype=scalar), scalar
+
+
+@functools.cache
+def leanDensity(d: int, scalar):
+    V, S = _types(d, scalar)
+    cd = float(C_D[KernelFunctions.Wendland2][d - 1])
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def density(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
+                nbr: wp.array(dtype=wp.int64), off: wp.array(dtype=wp.int32),
+                cnt: wp.array(dtype=wp.int32), L: V, out: wp.array(dtype=S)):
+        i = wp.tid()
+        xi = x[i]
+        hi = h[i]
+        ih = S(1.0) / hi
+        acc = S(0.0)
+        for e in range(off[i], off[i] + cnt[i]):
+            j = wp.int32(nbr[e])
+            xij = xi - x[j]
+            for k in range(wp.static(d)):
+                xij[k] = xij[k] - L[k] * wp.round(xij[k] / L[k])
+            q = wp.length(xij) * ih
+            if q <= S(1.0):
+                a = S(1.0) - q
+                a2 = a * a
+                acc += m[j] * (a2 * a2 * (S(1.0) + S(4.0) * q))
+        hd = ih
+        for _k in range(wp.static(d - 1)):
+            hd = hd * ih
+        out[i] = acc * (S(cd) * hd)
+
+    return density
+
+
+@functools.cache
+def leanGradient(d: int, scalar):
+    V, S = _types(d, scalar)
+    cd = float(C_D[KernelFunctions.Wendland2][d - 1])
+
+    @wp.func
+    def row(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
+            rho: wp.array(dtype=S), f: wp.array(dtype=S), nbr: wp.array(dtype=wp.int64),
+            first: wp.int32, count: wp.int32, L: V, i: wp.int32):
+        acc = V()
+        for e in range(first, first + count):
+            j = wp.int32(nbr[e])
+            xij = x[i] - x[j]
+            s = V()
+            for k in range(wp.static(d)):
+                s[k] = L[k] * wp.round(xij[k] / L[k])
+            xij = xij - s
+            hi = h[i]
+            q = wp.length(xij) / hi
+            if q <= S(1.0):
+                a = S(1.0) - q
+                hd = hi * hi
+                for _k in range(wp.static(d)):
+                    hd = hd * hi
+                acc += (f[j] * (m[j] / rho[j]) * (S(-20.0 * cd) * a * a * a / hd)) * xij
+        return acc
+
+    @wp.kernel(module="unique")
+    def gradient(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
+                 rho: wp.array(dtype=S), f: wp.array(dtype=S), nbr: wp.array(dtype=wp.int64),
+                 off: wp.array(dtype=wp.int32), cnt: wp.array(dtype=wp.int32), L: V,
+                 out: wp.array(dtype=V)):
+        i = wp.tid()
+        out[i] = row(x, h, m, rho, f, nbr, off[i], cnt[i], L, i)
+
+    return gradient
+
+
+class LeanRunner:
+    """Prebuilt Warp views of one case (particles, CSR list, periodic box) and the lean
+    launches on them. `positions` and `values` carry gradients for the taped Gradient."""
+
+    def __init__(self, positions, supports, masses, densities, values, adjacency, box,
+                 device: str):
+        n, d = positions.shape
+        S = {torch.float32: wp.float32, torch.float64: wp.float64}[positions.dtype]
+        V = wp.types.vector(length=d, dtype=S)
+        self.n, self.d, self.S, self.V, self.device = n, d, S, V, device
+        self.x = wp.from_torch(positions.detach().clone().contiguous(), dtype=V,
+                               requires_grad=True)
+        self.h = wp.from_torch(supports.detach().contiguous(), dtype=S)
+        self.m = wp.from_torch(masses.detach().contiguous(), dtype=S)
+        self.rho = wp.from_torch(densities.detach().contiguous(), dtype=S) \
+            if densities is not None else None
+        self.f = wp.from_torch(values.detach().clone().contiguous(), dtype=S,
+                               requires_grad=True) if values is not None else None
+        self.nbr = wp.from_torch(adjacency.j)
+        self.off = wp.from_torch(adjacency.edgeOffsets)
+        self.cnt = wp.from_torch(adjacency.numNeighbors)
+        self.L = V(*[float(v) for v in box])
+        self.rhoOut = wp.zeros(n, dtype=S, device=device)
+        self.gradOut = wp.zeros(n, dtype=V, device=device, requires_grad=True)
+
+    def density(self):
+        wp.launch(leanDensity(self.d, self.S), dim=self.n,
+                  inputs=[self.x, self.h, self.m, self.nbr, self.off, self.cnt, self.L],
+                  outputs=[self.rhoOut], device=self.device)
+        return self.rhoOut
+
+    def _gradientInputs(self):
+        return [self.x, self.h, self.m, self.rho, self.f, self.nbr, self.off, self.cnt,
+                self.L]
+
+    def gradient(self):
+        wp.launch(leanGradient(self.d, self.S), dim=self.n, inputs=self._gradientInputs(),
+                  outputs=[self.gradOut], device=self.device)
+        return self.gradOut
+
+    def gradientTaped(self, seed: wp.array):
+        """Forward on a `wp.Tape`, backward of `seed`: (out, d/dx, d/df) as torch copies."""
+        tape = wp.Tape()
+        with tape:
+            wp.launch(leanGradient(self.d, self.S), dim=self.n, inputs=self._gradientInputs(),
+                      outputs=[self.gradOut], device=self.device)
+        tape.backward(grads={self.gradOut: seed})
+        result = (wp.to_torch(self.gradOut).clone(), wp.to_torch(self.x.grad).clone(),
+                  wp.to_torch(self.f.grad).clone())
+        tape.zero()
+        return result

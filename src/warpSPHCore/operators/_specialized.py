@@ -1,0 +1,373 @@
+"""Forward-only operator kernels specialised on the call's configuration (issue 15).
+
+`Configuration` is what a call fixes and what changes the pair loop's code: scalar type,
+dimension, smoothing kernel, support scheme, kind mode, traversal (CSR or grid) and
+calibration. Each configuration's kernel is generated once (`functools.cache`), with every
+one of these values a Python constant resolved by ``wp.static``, and lives in its own Warp
+module (``module="unique"``, compiled on first launch and cached by Warp as any module,
+without adjoint code: ``enable_backward=False``). The generic kernels of the operator
+modules remain for taped launches, JVP kernels and the configurations not covered here.
+
+What the pair loop keeps (the generated code for one configuration):
+
+* the neighbour loop of the traversal (CSR row, or the 3^d stencil of the query's cell with
+  one partial sum per cell, as `_traversal.makeNeighborSum`), the int64 index check and the
+  error-buffer flag of an out-of-range index;
+* the kind test of a reference only when the kind mode can reject one (modes other than 0);
+* the minimum image ``x_ij - L round(x_ij / L)`` per axis, with ``L`` and ``1 / L`` read
+  once per query (0 on a non-periodic axis, so the plain difference is exact there);
+* the kernel quantity of `kernels.specialized.pairKernels` (no kernel-id dispatch);
+* the operator's own term (Gradient: the scheme coefficient `fieldCoefficient_ij`, the
+  same function as the generic kernel's).
+
+Agreement with the generic kernels: the same per-pair arithmetic except the periodic wrap
+(the generic `kernels.geometry.minimumImage` wraps both coordinates into the box first), so
+results are bitwise identical without periodic axes and agree to rounding with them
+(tests/test_specialized.py asserts both).
+
+Covered: Density (every configuration: it reads no correction), Gradient without CRK and
+renormalization (grad-h and volumes enter through `fieldCoefficient_ij`), and the
+Gradient's hand-written reverse kernel (the same kernel body, compiled per configuration).
+"""
+
+# no `from __future__ import annotations`: the generated Warp functions' annotations name
+# closure variables, which Warp evaluates when it parses them
+
+import functools
+from dataclasses import dataclass
+
+import warp as wp
+
+from ..autograd.arg_extract import structFor
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.specialized import SPECIALIZED_KERNELS, pairKernels, specialFunction
+from ..neighborhood.traversal import (
+    KIND_GRID_INDEX_W,
+    KIND_NEIGHBOR_INDEX_W,
+    checkOffset,
+    flagError,
+    getIndexRange,
+    gridQueryCell,
+)
+from ._coefficients import fieldCoefficient_ij, fieldCoefficientVJP_ij
+
+__all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
+           "gradientVJPSpecialized", "specializedKernelCount"]
+
+# kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
+# test admits every kind (checkDirectionality_j)
+_ALL_QUERIES = (0, 9)
+_ALL_REFERENCES = (0,)
+
+_SUPPORT_NAMES = {11: "gather", 12: "scatter", 13: "mean", 14: "kmean", 15: "super",
+                  16: "partial"}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What one call fixes (module docstring); hashable, the cache key of its kernels."""
+
+    dim: int
+    scalar: type
+    kernel: int
+    supportMode: int
+    operationMode: int
+    useAdjacency: bool
+    calibrate: bool
+
+    @property
+    def tag(self) -> str:
+        """Short name used in the generated kernels' names (and so in compile notices)."""
+        s = "f32" if self.scalar == wp.float32 else "f64"
+        trav = "csr" if self.useAdjacency else "grid"
+        cal = "_cal" if self.calibrate else ""
+        sm = _SUPPORT_NAMES.get(self.supportMode, str(self.supportMode))
+        return f"k{self.kernel}_{sm}_m{self.operationMode}_{trav}{cal}_{self.dim}d_{s}"
+
+
+def configurationOf(config: dict) -> Configuration | None:
+    """The `Configuration` of a call's `build_fn.config`, or None when no specialised kernel
+    covers it (an unknown kernel id or support scheme: the generic kernel reports it)."""
+    if int(config["kernelFunction"]) not in SPECIALIZED_KERNELS:
+        return None
+    if int(config["supportMode"]) not in _SUPPORT_NAMES:
+        return None
+    return Configuration(dim=int(config["dim"]), scalar=config["scalar"],
+                         kernel=int(config["kernelFunction"]),
+                         supportMode=int(config["supportMode"]),
+                         operationMode=int(config["operationMode"]),
+                         useAdjacency=bool(config["useAdjacency"]),
+                         calibrate=bool(config["calibrateNormalization"]))
+
+
+_BUILT: set = set()
+
+
+def specializedKernelCount() -> int:
+    """How many specialised kernels this process has generated (tests, docs)."""
+    return len(_BUILT)
+
+
+def _kernel(fn, name: str, cfg: Configuration):
+    """`fn` as a forward-only Warp kernel named `name`, in a module of its own."""
+    fn.__name__ = fn.__qualname__ = f"warpSPHCore_{name}_{cfg.tag}"
+    _BUILT.add((name, cfg))
+    return wp.kernel(fn, enable_backward=False, module="unique")
+
+
+def _structs(cfg: Configuration):
+    d, s = cfg.dim, cfg.scalar
+    return (structFor("particle", d, s), structFor("domain", d, s),
+            structFor("correction", d, s), structFor("kernelState", d, s),
+            structFor("adjacency", d, s), structFor("grid", d, s))
+
+
+@functools.cache
+def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType):
+    """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
+    ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
+    i that the kind mode admits, by the configuration's traversal (module docstring)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    mode = cfg.operationMode
+    tag = f"{pairTerm.key}"
+
+    if vector:
+        @specialFunction(tag)
+        def zero():
+            return V()
+    else:
+        @specialFunction(tag)
+        def zero():
+            return S(0.0)
+
+    allReferences = mode in _ALL_REFERENCES
+
+    @specialFunction(tag)
+    def box(dom: DOM):
+        """(L, 1/L) per axis; 0 on a non-periodic axis."""
+        ext = V()
+        inv = V()
+        for a in range(wp.static(D)):
+            if dom.periodicity[a]:
+                ext[a] = dom.domainMax[a] - dom.domainMin[a]
+                inv[a] = S(1.0) / ext[a]
+        return ext, inv
+
+    @specialFunction(tag)
+    def term(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_i: V, h_i: S, ext: V,
+             inv: V, q: P, r: P, corr: C, ks: KS, extra: extraType):
+        res = zero()
+        admitted = True
+        if wp.static(not allReferences):
+            admitted = checkDirectionality_j(wp.static(mode), r.kinds[j])
+        if admitted:
+            x_ij = x_i - r.positions[j]
+            for a in range(wp.static(D)):
+                x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
+            res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
+        return res
+
+    @specialFunction(tag, inline=None)
+    def csrSum(adj: A, i: wp.int32, k: wp.int32, F: wp.int32, q: P, r: P, dom: DOM, corr: C,
+               ks: KS, extra: extraType):
+        rng = getIndexRange(adj, i)
+        nR = wp.int64(r.masses.shape[0])
+        x_i = q.positions[i]
+        h_i = q.supports[i]
+        ext, inv = box(dom)
+        acc = zero()
+        for e in range(rng[0], rng[0] + rng[1]):
+            jl = adj.neighborList[e]
+            if jl >= wp.int64(0) and jl < nR:
+                acc += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks, extra)
+            else:
+                flagError(adj.errors, adj.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e), jl, i, nR,
+                          wp.int64(0))
+        return acc
+
+    @specialFunction(tag, inline=None)
+    def gridSum(grid: G, i: wp.int32, k: wp.int32, F: wp.int32, q: P, r: P, dom: DOM,
+                corr: C, ks: KS, extra: extraType):
+        nR = wp.int64(r.masses.shape[0])
+        x_i = q.positions[i]
+        h_i = q.supports[i]
+        ext, inv = box(dom)
+        cell = gridQueryCell(grid, x_i)
+        acc = zero()
+        for o in range(grid.numOffsets):
+            rng = checkOffset(grid, cell, o)
+            part = zero()  # one partial sum per cell, as the generic traversal
+            for slot in range(rng[0], rng[0] + rng[1]):
+                jl = grid.sortIndex[slot]
+                if jl >= wp.int64(0) and jl < nR:
+                    part += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks,
+                                 extra)
+                else:
+                    flagError(grid.errors, grid.site, KIND_GRID_INDEX_W, wp.int64(slot), jl, i,
+                              nR, wp.int64(0))
+            acc += part
+        return acc
+
+    @specialFunction(tag)
+    def rowSum(adj: A, grid: G, i: wp.int32, k: wp.int32, F: wp.int32, q: P, r: P, dom: DOM,
+               corr: C, ks: KS, extra: extraType):
+        res = zero()
+        if wp.static(cfg.useAdjacency):
+            res = csrSum(adj, i, k, F, q, r, dom, corr, ks, extra)
+        else:
+            res = gridSum(grid, i, k, F, q, r, dom, corr, ks, extra)
+        return res
+
+    return rowSum
+
+
+def _queryAdmitted(cfg: Configuration):
+    mode = cfg.operationMode
+
+    @specialFunction(f"m{mode}")
+    def admitted(kind: wp.int32):
+        ok = True
+        if wp.static(mode not in _ALL_QUERIES):
+            ok = checkDirectionality_i(wp.static(mode), kind)
+        return ok
+
+    return admitted
+
+
+@functools.cache
+def _densityKernel(cfg: Configuration):
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    X = wp.array(dtype=S)
+
+    @specialFunction("density_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        return r.masses[j] * pk.W_ij(x_ij, h_i, r.supports[j])
+
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def density(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                out: wp.array(dtype=S)):
+        i = wp.tid()
+        rho = S(0.0)
+        if admitted(queryState.kinds[i]):
+            rho = rowSum(adjacencyState, gridState, i, 0, 1, queryState, referenceState,
+                         domainState, correctionData, kernelProperties, referenceState.masses)
+            if wp.static(cfg.calibrate):
+                rho = rho * kernelProperties.normalizationCoefficient
+        out[i] = rho
+
+    return _kernel(density, "density", cfg)
+
+
+def densitySpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Density: every configuration with a known kernel."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _densityKernel(cfg)
+
+
+@functools.cache
+def _gradientKernel(cfg: Configuration):
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    X = wp.array(dtype=S)
+
+    @specialFunction("gradient_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False)
+        return c * pk.gradW_ij(x_ij, h_i, r.supports[j])
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def gradient(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                 adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                 values: wp.array(dtype=S), fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        a = tid - i * fieldWidth
+        val = V()
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties, values)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        base = tid * wp.static(D)
+        for delta in range(wp.static(D)):
+            out[base + delta] = val[delta]
+
+    return _kernel(gradient, "gradient", cfg)
+
+
+def gradientSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Gradient: calls without CRK and renormalization
+    (which correct G_ij; `corrected.correctedGradient_ij` keeps them generic)."""
+    if config["useCRK"] or config["useGradientRenormalization"]:
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _gradientKernel(cfg)
+
+
+@functools.cache
+def _gradientVJPKernel(cfg: Configuration):
+    """The Gradient's hand-written reverse kernel (`gradient.gradientVJPKernel`) for one
+    configuration: the same per-pair adjoint (`gradient.gradientVJPPairTerm`) with the
+    specialised (G, H u, u . dG/dh) of `kernels.specialized`."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("gradientVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        u = p.seed[i * F + k]
+        if wp.static(cfg.calibrate):
+            u = u * ks.normalizationCoefficient
+        Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
+        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, p.values, False, False)
+        fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
+        res = c * Hu
+        if p.hasRPositions:
+            wp.atomic_sub(p.rPositions, j, res)
+        if p.hasQSupports:
+            wp.atomic_add(p.qSupports, i, c * gh_i)
+        if p.hasRSupports:
+            wp.atomic_add(p.rSupports, j, c * gh_j)
+        return res
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def gradientVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                    cotangents: X, fieldWidth: wp.int32):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        a = tid - i * fieldWidth
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(gradientVJP, "gradientVJP", cfg)
+
+
+def gradientVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Gradient: every call eligible for its reverse kernel
+    (no CRK, renormalization or grad-h; `gradient._reverseEligible`)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _gradientVJPKernel(cfg)
