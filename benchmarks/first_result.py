@@ -113,6 +113,75 @@ def sequence(device_name: str, dtype_name: str, side: int) -> dict:
             "warpSPHCore": getattr(warpSPHCore, "__version__", "?")}
 
 
+def leanSequence(device_name: str, dtype_name: str, side: int) -> dict:
+    """The same four steps with lean hand-written Warp kernels (`benchmarks/lean.py`: a
+    brute-force CSR search, Density, Gradient forward + backward on a `wp.Tape`), importing
+    only torch and Warp: the floor of issue 15's cold-start target."""
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+    import torch
+    import warp as wp
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lean import LeanRunner, leanSearch
+
+    wp.init()
+    steps["import"] = time.perf_counter() - t
+    device = torch.device(device_name)
+    dtype = getattr(torch, dtype_name)
+    d = 2
+    dx = 2.0 / side
+    axes = [torch.arange(side, dtype=torch.float64)] * d
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, d)
+    gen = torch.Generator().manual_seed(0)
+    jitter = (torch.rand(grid.shape, generator=gen, dtype=torch.float64) - 0.5) * 0.02 * dx
+    pos = (-1.0 + (grid + 0.5) * dx + jitter).to(device=device, dtype=dtype)
+    n = pos.shape[0]
+    h = torch.full((n,), (50 * dx**d / torch.pi) ** 0.5, dtype=dtype, device=device)
+    m = torch.full((n,), dx * dx, dtype=dtype, device=device)
+
+    t = time.perf_counter()
+    csr = leanSearch(pos, h, (2.0, 2.0), str(device))
+    _sync(device)
+    steps["search"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    runner = LeanRunner(pos, h, m, None, None, csr, (2.0, 2.0), str(device))
+    rho = wp.to_torch(runner.density()).clone()
+    _sync(device)
+    steps["density"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    f = torch.sin(torch.pi * pos[:, 0])
+    runner = LeanRunner(pos, h, m, rho, f, csr, (2.0, 2.0), str(device))
+    seed = wp.zeros(n, dtype=runner.V, device=str(device))
+    out = wp.to_torch(runner.gradient())
+    seed = wp.from_torch((2.0 * out).contiguous(), dtype=runner.V)  # d/dout of sum(out^2)
+    grad, gx, gf = runner.gradientTaped(seed)
+    _sync(device)
+    steps["gradient_fwd_bwd"] = time.perf_counter() - t
+    steps["total_from_process_start"] = time.perf_counter() - T_START
+    checks = {"density_mean": float(rho.mean()), "grad_finite": bool(torch.isfinite(grad).all()),
+              "positions_grad_finite": bool(torch.isfinite(gx).all()),
+              "pairs": int(csr.j.numel())}
+    return {"device": device_name, "dtype": dtype_name, "particles": n, "steps_s": steps,
+            "checks": checks, "warp": wp.config.version,
+            "kernel_cache": str(wp.config.kernel_cache_dir), "lean": True}
+
+
+def _child(args, lean: bool, cache: str, jsonPath: str) -> dict:
+    env = dict(os.environ, WARP_CACHE_PATH=cache)
+    cmd = [sys.executable, __file__, "--device", args.device, "--dtype", args.dtype,
+           "--side", str(args.side), "--json", jsonPath] + (["--lean"] if lean else [])
+    t = time.perf_counter()
+    rc = subprocess.call(cmd, env=env)
+    if rc != 0:
+        raise SystemExit(rc)
+    res = json.loads(Path(jsonPath).read_text())
+    res["child_wall_s"] = time.perf_counter() - t
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
@@ -120,20 +189,30 @@ def main() -> int:
     ap.add_argument("--side", type=int, default=64, help="lattice side (side^2 particles)")
     ap.add_argument("--fresh-cache", action="store_true",
                     help="run in a child process with an empty WARP_CACHE_PATH (cold start)")
+    ap.add_argument("--lean", action="store_true",
+                    help="the lean hand-written baseline (benchmarks/lean.py) instead of the "
+                         "library")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.fresh_cache:
-        with tempfile.TemporaryDirectory(prefix="warpsph-cold-") as cache:
-            env = dict(os.environ, WARP_CACHE_PATH=cache)
-            cmd = [sys.executable, __file__, "--device", args.device, "--dtype", args.dtype,
-                   "--side", str(args.side)]
-            if args.json:
-                cmd += ["--json", args.json]
-            t = time.perf_counter()
-            rc = subprocess.call(cmd, env=env)
-            print(f"cold wall time of the child process: {time.perf_counter() - t:.1f} s")
-            return rc
-    res = sequence(args.device, args.dtype, args.side)
+        # side by side, each in its own child with its own empty kernel cache
+        with tempfile.TemporaryDirectory(prefix="warpsph-cold-") as tmp:
+            ours = _child(args, False, os.path.join(tmp, "ours"), os.path.join(tmp, "o.json"))
+            lean = _child(args, True, os.path.join(tmp, "lean"), os.path.join(tmp, "l.json"))
+        print(f"cold start, fresh kernel caches, {args.device} {args.dtype}, "
+              f"{ours['particles']} particles (s)")
+        print(f"{'step':28s} {'ours':>8s} {'lean':>8s}")
+        for k in ours["steps_s"]:
+            print(f"{k:28s} {ours['steps_s'][k]:8.2f} {lean['steps_s'][k]:8.2f}")
+        ratio = ours["steps_s"]["total_from_process_start"] / \
+            lean["steps_s"]["total_from_process_start"]
+        print(f"ours / lean (total): {ratio:.2f}   (issue 15 targets: ours <= 30 s, "
+              "ratio <= 1.5)")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"ours": ours, "lean": lean,
+                                                   "ratio_total": ratio}, indent=2))
+        return 0
+    res = (leanSequence if args.lean else sequence)(args.device, args.dtype, args.side)
     for k, v in res["steps_s"].items():
         print(f"{k:28s} {v:8.2f} s")
     print(json.dumps(res["checks"]))

@@ -21,14 +21,16 @@ grad W = -20 C_d (1 - q)^3 x_ij / h^(d+2) for q = |x_ij| / h <= 1.
 # no `from __future__ import annotations`: the kernels' annotations name closure variables
 
 import functools
+import math
 
 import torch
 import warp as wp
 
-from warpSPHCore.enumTypes import KernelFunctions
-from warpSPHCore.kernels.constants import C_D
+__all__ = ["leanDensity", "leanGradient", "leanSearch", "LeanRunner"]
 
-__all__ = ["leanDensity", "leanGradient", "LeanRunner"]
+#: Wendland2 normalisation C_d for d = 1, 2, 3 (kernels.md §3), written out so that this
+#: module needs nothing of the library (the cold-start baseline imports only torch and Warp)
+_C_D = (5.0 / 4.0, 7.0 / math.pi, 21.0 / (2.0 * math.pi))
 
 
 def _types(d: int, scalar):
@@ -38,7 +40,7 @@ def _types(d: int, scalar):
 @functools.cache
 def leanDensity(d: int, scalar):
     V, S = _types(d, scalar)
-    cd = float(C_D[KernelFunctions.Wendland2][d - 1])
+    cd = _C_D[d - 1]
 
     @wp.kernel(enable_backward=False, module="unique")
     def density(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
@@ -70,7 +72,7 @@ def leanDensity(d: int, scalar):
 @functools.cache
 def leanGradient(d: int, scalar):
     V, S = _types(d, scalar)
-    cd = float(C_D[KernelFunctions.Wendland2][d - 1])
+    cd = _C_D[d - 1]
 
     @wp.func
     def row(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
@@ -103,6 +105,65 @@ def leanGradient(d: int, scalar):
         out[i] = row(x, h, m, rho, f, nbr, off[i], cnt[i], L, i)
 
     return gradient
+
+
+@functools.cache
+def _leanSearchKernels(d: int, scalar):
+    V, S = _types(d, scalar)
+
+    @wp.func
+    def near(xi: V, xj: V, h: S, L: V):
+        xij = xi - xj
+        for k in range(wp.static(d)):
+            xij[k] = xij[k] - L[k] * wp.round(xij[k] / L[k])
+        return wp.length(xij) <= h
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def count(x: wp.array(dtype=V), h: wp.array(dtype=S), L: V, cnt: wp.array(dtype=wp.int32)):
+        i = wp.tid()
+        c = wp.int32(0)
+        for j in range(x.shape[0]):
+            if near(x[i], x[j], h[i], L):
+                c += 1
+        cnt[i] = c
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def fill(x: wp.array(dtype=V), h: wp.array(dtype=S), L: V, off: wp.array(dtype=wp.int32),
+             nbr: wp.array(dtype=wp.int64)):
+        i = wp.tid()
+        e = off[i]
+        for j in range(x.shape[0]):
+            if near(x[i], x[j], h[i], L):
+                nbr[e] = wp.int64(j)
+                e += 1
+
+    return count, fill
+
+
+def leanSearch(positions, supports, box, device: str):
+    """Brute-force Gather CSR (every pair tested, periodic minimum image): two lean kernels
+    and a prefix sum; returns an object with ``j``, ``edgeOffsets``, ``numNeighbors``."""
+    n, d = positions.shape
+    S = {torch.float32: wp.float32, torch.float64: wp.float64}[positions.dtype]
+    V = wp.types.vector(length=d, dtype=S)
+    count, fill = _leanSearchKernels(d, S)
+    x = wp.from_torch(positions.contiguous(), dtype=V)
+    h = wp.from_torch(supports.contiguous(), dtype=S)
+    L = V(*[float(v) for v in box])
+    cnt = torch.zeros(n, dtype=torch.int32, device=positions.device)
+    wp.launch(count, dim=n, inputs=[x, h, L, wp.from_torch(cnt)], device=device)
+    off = (torch.cumsum(cnt, 0) - cnt).to(torch.int32)
+    total = int(cnt.sum())
+    nbr = torch.empty(total, dtype=torch.int64, device=positions.device)
+    wp.launch(fill, dim=n, inputs=[x, h, L, wp.from_torch(off), wp.from_torch(nbr)],
+              device=device)
+
+    class CSR:
+        pass
+
+    csr = CSR()
+    csr.j, csr.edgeOffsets, csr.numNeighbors = nbr, off, cnt
+    return csr
 
 
 class LeanRunner:

@@ -26,7 +26,7 @@ def main() -> int:
     t0 = time.perf_counter()
     import warp as wp
 
-    from warpSPHCore.util.precompile import precompile
+    from warpSPHCore.precompile import precompile
 
     t_import = time.perf_counter() - t0
     out = precompile([args.device], workers=args.workers)

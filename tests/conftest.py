@@ -39,9 +39,12 @@ def _precompileLibrary():
     the one-module-at-a-time compiles of the first tests that use them; on a warm cache it
     only checks the cache. WARPSPHCORE_TEST_PRECOMPILE=0 turns it off."""
     if os.environ.get("WARPSPHCORE_TEST_PRECOMPILE", "1") != "0":
-        from warpSPHCore.util.precompile import precompile
+        from warpSPHCore.precompile import precompile
 
-        precompile(["cpu"], workers=max(1, os.cpu_count() or 1), verbose=False)
+        # the specialised kernels of the default configuration only when the run uses them
+        everywhere = os.environ.get("WARPSPHCORE_TEST_SPECIALIZE", "") == "all"
+        precompile(["cpu"], workers=max(1, os.cpu_count() or 1), verbose=False,
+                   kernels=(0,) if everywhere else ())
     yield
 
 

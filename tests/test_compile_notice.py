@@ -14,8 +14,8 @@ import pytest
 import warp as wp
 
 from warpSPHCore.cli import main
+from warpSPHCore.precompile import precompile
 from warpSPHCore.util import compileNotice
-from warpSPHCore.util.precompile import precompile
 from warpSPHCore.util.warpContext import ensureWarp
 
 ensureWarp()
@@ -72,19 +72,41 @@ def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):
 
 
 def test_cache_probe_matches_warp(fresh):
-    """After a launch the probe finds the module's binary where Warp put it."""
+    """After a precompile the probe finds each module's binary where Warp put it: the
+    search's per-signature copies (`util.warpContext.concreteKernel`)."""
     from warpSPHCore.neighborhood import _kernels
+    from warpSPHCore.util.warpContext import concreteKernel
 
-    precompile(["cpu"], ["Search"], verbose=False)
-    module = wp.get_module(_kernels.__name__)
+    res = precompile(["cpu"], ["Search"], verbose=False, dims=(2,), dtypes=("float32",))
+    kernel, signature = next(
+        (k, s) for k, s in _kernels.CONCRETE_SIGNATURES if k is _kernels.radiusSearchKernel
+        and s["queryPositions"].dtype._length_ == 2
+        and s["queryPositions"].dtype._wp_scalar_type_ == wp.float32)
+    module = concreteKernel(kernel, signature).module
+    assert module.name in res["modules"]
     assert fresh._isCached(module, wp.get_device("cpu"))
+    assert all(m.startswith("warpSPHCore_Search_") for m in res["modules"])
+    assert not any("_1d_" in m or "_3d_" in m or "_f64_" in m for m in res["modules"])
 
 
 def test_precompile_command(capsys):
+    from warpSPHCore.neighborhood import _kernels
+    from warpSPHCore.util.warpContext import concreteKernel
+
     assert main(["precompile", "--operators", "Search", "--device", "cpu"]) == 0
     out = capsys.readouterr()
-    assert "1 modules on cpu" in out.out
-    assert "Search" in out.err and ("cached" in out.err or "compiling" in out.err)
+    expected = {concreteKernel(k, sig).module.name for k, sig in _kernels.CONCRETE_SIGNATURES}
+    assert f"{len(expected)} modules on cpu" in out.out  # one per kernel and signature
+    assert "Search: radiusSearchKernel (3D float64)" in out.err
+    assert "cached" in out.err or "compiling" in out.err
+    assert main(["precompile", "--operators", "Density", "--dim", "2", "--dtype", "float32",
+                 "--kernels", "Wendland2", "CubicSpline"]) == 0
+    out = capsys.readouterr()
+    # the generic Density and HVP modules + the specialised Density kernel of the default
+    # configuration, CSR and grid, for each smoothing kernel
+    assert "6 modules on cpu" in out.out
+    assert "Density (kernel 30, gather supports, kind mode 9, grid, 2D float32)" in out.err
+    assert main(["precompile", "--kernels", "Nope"]) == 2
     assert main(["precompile", "--operators", "Nope"]) == 2
     assert "unknown operators ['Nope']" in capsys.readouterr().err
 
@@ -117,7 +139,7 @@ def test_cold_cache_first_call_says_what_compiles(tmp_path):
                        timeout=900)
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("warpSPHCore: compiling")]
-    assert any("of Search" in x for x in lines)
+    assert any("the Search: radiusSearchKernel (2D float32) kernel" in x for x in lines)
     assert any("the Density (kernel 0, gather supports" in x and "specialised" in x
                for x in lines)
     assert all(str(tmp_path / "cache") in x for x in lines)

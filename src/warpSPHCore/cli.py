@@ -51,8 +51,8 @@ def _info(args) -> int:
 
 def _precompile(args) -> int:
     """Warm Warp's kernel cache for the chosen devices and operators (`util.compileNotice`)."""
+    from .precompile import precompile
     from .util.compileNotice import OPERATOR_MODULES
-    from .util.precompile import precompile
 
     ops = None if args.operators in (None, ["all"]) else args.operators
     if ops is not None:
@@ -61,7 +61,16 @@ def _precompile(args) -> int:
             print(f"warpsph precompile: unknown operators {unknown}; accepted: all, "
                   f"{', '.join(OPERATOR_MODULES)}", file=sys.stderr)
             return 2
-    res = precompile(devices=args.device, operators=ops, workers=args.workers)
+    from .enumTypes import KernelFunctions
+
+    unknownK = [k for k in args.kernels if k not in KernelFunctions.__members__]
+    if unknownK:
+        print(f"warpsph precompile: unknown kernels {unknownK}; accepted: "
+              f"{', '.join(KernelFunctions.__members__)}", file=sys.stderr)
+        return 2
+    res = precompile(devices=args.device, operators=ops, workers=args.workers,
+                     dims=tuple(args.dim), dtypes=tuple(args.dtype),
+                     kernels=tuple(int(KernelFunctions[k]) for k in args.kernels))
     print(f"{len(res['modules'])} modules on {', '.join(res['devices'])}: "
           f"{res['seconds']:.1f} s")
     return 0
@@ -245,6 +254,15 @@ def _parser() -> argparse.ArgumentParser:
                         "Curl Laplacian Covariance CRK Renormalization GradH Search")
     c.add_argument("--workers", type=int, default=None,
                    help="parallel compile threads (default: Warp's, at most 4)")
+    c.add_argument("--dim", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3],
+                   help="dimensions of the per-configuration kernels (default: 1 2 3)")
+    c.add_argument("--dtype", nargs="+", default=["float32", "float64"],
+                   choices=["float32", "float64"],
+                   help="scalar types of the per-configuration kernels (default: both)")
+    c.add_argument("--kernels", nargs="+", default=["Wendland2"],
+                   help="smoothing kernels (KernelFunctions names) whose specialised "
+                        "Density/Gradient kernels to build for the default call "
+                        "configuration (default: Wendland2)")
     return p
 
 

@@ -667,11 +667,17 @@ def filterPairsKernel(
 _SCALARS = ((wp.float32, gridData_f32), (wp.float64, gridData_f64))
 
 
-def _declareOverloads() -> None:
+def _signatures() -> list:
+    """``(kernel, argument types)`` of every (scalar type, dimension) the search launches:
+    `util.warpContext.concreteKernel` builds one forward-only module per entry
+    (`warpSPHCore.precompile` ahead of time, `util.warpContext.launch` on first use). The generic
+    kernels of this module are never launched themselves, so nothing compiles all of them at
+    once."""
+    out = [(cellTableKernel, {}), (hashTableKernel, {})]
     for scalar, gridType in _SCALARS:
         for d in (1, 2, 3):
             vec = wp.types.vector(length=d, dtype=scalar)
-            wp.overload(
+            out.append((
                 binReferencesKernel,
                 {
                     "positions": wp.array(dtype=vec),
@@ -679,7 +685,7 @@ def _declareOverloads() -> None:
                     "linearIndex": wp.array(dtype=wp.int64),
                     "wrapped": wp.array(dtype=vec),
                 },
-            )
+            ))
             pair = {
                 "queryPositions": wp.array(dtype=vec),
                 "querySupports": wp.array(dtype=scalar),
@@ -691,7 +697,7 @@ def _declareOverloads() -> None:
                 "outI": wp.array(dtype=wp.int64),
                 "outJ": wp.array(dtype=wp.int64),
             }
-            wp.overload(
+            out.append((
                 radiusSearchKernel,
                 {
                     **pair,
@@ -701,8 +707,8 @@ def _declareOverloads() -> None:
                     "cacheCapacity": wp.int32,
                     "slotCache": wp.array(dtype=wp.int32),
                 },
-            )
-            wp.overload(
+            ))
+            out.append((
                 gatherSortedKernel,
                 {
                     "sortIndex": wp.array(dtype=wp.int64),
@@ -713,8 +719,8 @@ def _declareOverloads() -> None:
                     "sortedSupports": wp.array(dtype=scalar),
                     "cellStart": wp.array(dtype=wp.int64),
                 },
-            )
-            wp.overload(
+            ))
+            out.append((
                 cellMajorCountKernel,
                 {
                     "positions": wp.array(dtype=vec),
@@ -731,8 +737,8 @@ def _declareOverloads() -> None:
                     "unusedI": wp.array(dtype=wp.int64),
                     "unusedJ": wp.array(dtype=wp.int64),
                 },
-            )
-            wp.overload(
+            ))
+            out.append((
                 filterPairsKernel,
                 {
                     **pair,
@@ -740,7 +746,9 @@ def _declareOverloads() -> None:
                     "referenceSupports": wp.array(dtype=scalar),
                     "adjacency": adjacencyData,
                 },
-            )
+            ))
+    return out
 
 
-_declareOverloads()
+#: see `_signatures`
+CONCRETE_SIGNATURES = _signatures()

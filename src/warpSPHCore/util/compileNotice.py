@@ -10,7 +10,7 @@ writes one line to stderr (through ``tqdm.write``, so progress bars stay intact)
 compiled, for which device, that it happens once, and where the cache is.
 ``WARPSPHCORE_COMPILE_NOTICE=0`` silences it.
 
-`util.precompile.precompile(devices, operators, workers)` loads the library's modules ahead
+`warpSPHCore.precompile.precompile(devices, operators, workers)` loads the library's modules ahead
 of time with Warp's parallel module loading (``wp.force_load``), for users, containers and
 CI (``warpsph precompile``).
 """
@@ -66,17 +66,26 @@ _SPECIALIZED_PREFIX = "warpSPHCore_"
 
 
 def specializedLabel(moduleName: str) -> str:
-    """``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
-    supports, kind mode 9, csr, 2D float32)``."""
+    """A user-facing name of a per-configuration module:
+    ``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
+    supports, kind mode 9, csr, 2D float32)`` (`operators._specialized`);
+    ``warpSPHCore_Search_radiusSearchKernel_2d_f32_<hash>`` -> ``Search: radiusSearchKernel
+    (2D float32)`` (`util.warpContext.concreteKernel`)."""
     parts = moduleName[len(_SPECIALIZED_PREFIX):].split("_")
+    scalars = {"f32": "float32", "f64": "float64"}
     try:
-        op, kern, support, mode, trav = parts[:5]
-        rest = parts[5:-1]
-        cal = ", calibrated" if rest and rest[0] == "cal" else ""
-        d, s = rest[-2], rest[-1]
-        scalar = {"f32": "float32", "f64": "float64"}.get(s, s)
-        return (f"{op[0].upper()}{op[1:]} (kernel {kern[1:]}, {support} supports, kind mode "
-                f"{mode[1:]}, {trav}{cal}, {d.upper()} {scalar})")
+        if len(parts) > 1 and parts[1][:1] == "k" and parts[1][1:].isdigit():
+            op, kern, support, mode, trav = parts[:5]
+            rest = parts[5:-1]
+            cal = ", calibrated" if rest and rest[0] == "cal" else ""
+            d, s = rest[-2], rest[-1]
+            return (f"{op[0].upper()}{op[1:]} (kernel {kern[1:]}, {support} supports, kind "
+                    f"mode {mode[1:]}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
+        label, kernel = parts[0], parts[1]
+        tail = parts[2:-1]
+        if len(tail) == 2:
+            return f"{label}: {kernel} ({tail[0].upper()} {scalars.get(tail[1], tail[1])})"
+        return f"{label}: {kernel}"
     except (ValueError, IndexError):
         return moduleName
 
@@ -133,8 +142,9 @@ def announceCompile(kernel, device) -> None:
     if _isCached(module, dev):
         return
     if module.name.startswith(_SPECIALIZED_PREFIX):
-        what = (f"the {specializedLabel(module.name)} kernel specialised for this call's "
-                "configuration")
+        label = specializedLabel(module.name)
+        what = (f"the {label} kernel specialised for this call's configuration"
+                if "(kernel " in label else f"the {label} kernel")
     else:
         what = (f"the Warp kernels of {moduleLabel(module.name)} ({module.name}, "
                 "float32/float64 x 1D/2D/3D)")

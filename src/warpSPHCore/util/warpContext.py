@@ -10,13 +10,15 @@ import functools
 import os
 import sys
 import tempfile
+import threading
+import types
 
 import torch
 import warp as wp
 
-from .compileNotice import announceCompile
+from .compileNotice import announceCompile, moduleLabel
 
-__all__ = ["ensureWarp", "warpDevice", "warpStream", "launch"]
+__all__ = ["ensureWarp", "warpDevice", "warpStream", "launch", "concreteKernel"]
 
 
 # Printed by Warp's native library (fprintf to stderr, no Warp setting turns it off) when
@@ -104,20 +106,80 @@ def warpStream(device):
     return wp.stream_from_torch(torch.cuda.current_stream(dev))
 
 
+_CONCRETE: dict = {}
+_CONCRETE_LOCK = threading.Lock()
+
+
+def _shortName(annotations: dict) -> str:
+    """``2d_f32`` from the first vector (or scalar float) type among the annotations."""
+    for t in annotations.values():
+        dtype = getattr(t, "dtype", t)
+        length = getattr(dtype, "_length_", None)
+        scalar = getattr(dtype, "_wp_scalar_type_", dtype)
+        if length is not None and scalar in (wp.float32, wp.float64):
+            return f"{length}d_{'f32' if scalar == wp.float32 else 'f64'}"
+    for t in annotations.values():
+        dtype = getattr(t, "dtype", t)
+        if dtype in (wp.float32, wp.float64):
+            return "f32" if dtype == wp.float32 else "f64"
+    return "any"
+
+
+def concreteKernel(kernel, annotations: dict | None = None, args=None):
+    """A forward-only copy of `kernel` with concrete argument types, in a Warp module of its
+    own (``module="unique"``, ``enable_backward=False``), made once per signature.
+
+    The types come from `annotations` (overrides of the kernel's own annotations, e.g. one
+    ``wp.overload`` signature) or are inferred from the launch arguments `args`. A module of
+    generic kernels with every (scalar type, dimension) overload declared compiles all of
+    them, with adjoints, the first time any one is launched; the copy compiles only the one
+    the launch needs (`warpSPHCore.precompile` builds the same copies ahead of time)."""
+    names = list(kernel.adj.arg_types.keys())
+    if annotations is not None:
+        resolved = {**kernel.adj.arg_types, **annotations}
+    elif kernel.is_generic:
+        resolved = dict(zip(names, kernel.infer_argument_types(list(args)), strict=True))
+    else:
+        resolved = dict(kernel.adj.arg_types)
+    key = (kernel.module.name, kernel.key,
+           tuple(wp.types.type_repr(resolved[n]) for n in names))
+    found = _CONCRETE.get(key)
+    if found is not None:
+        return found
+    with _CONCRETE_LOCK:
+        found = _CONCRETE.get(key)
+        if found is None:
+            fn = kernel.func
+            label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
+            name = f"warpSPHCore_{label}_{kernel.key}_{_shortName(resolved)}"
+            copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
+                                      fn.__closure__)
+            copy.__qualname__ = name
+            copy.__annotations__ = dict(resolved)
+            found = wp.kernel(copy, enable_backward=False, module="unique")
+            _CONCRETE[key] = found
+    return found
+
+
 def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
     """Launch a non-differentiable Warp kernel on `device` and torch's current stream.
 
     Only the neighbour search and other frozen (non-differentiable) structure builders use
-    this helper; every differentiable launch goes through the autograd bridge.
+    this helper; every differentiable launch goes through the autograd bridge. The kernel
+    runs as its `concreteKernel` copy (one small module per signature, no adjoint code)
+    unless `record_tape` asks for a differentiable launch.
     """
     wdev = warpDevice(device)
     stream = warpStream(device)
+    outputs = outputs or []
+    if not record_tape:
+        kernel = concreteKernel(kernel, args=list(inputs) + list(outputs))
     announceCompile(kernel, wdev)
     wp.launch(
         kernel,
         dim=dim,
         inputs=inputs,
-        outputs=outputs or [],
+        outputs=outputs,
         device=wdev,
         stream=stream,
         record_tape=record_tape,

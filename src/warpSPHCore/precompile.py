@@ -1,0 +1,130 @@
+"""Warm Warp's kernel cache ahead of time: `precompile` (``warpsph precompile``). An entry
+point beside the CLI: it reaches every layer's kernels.
+
+Loads (compiles, or finds in the cache) the library's Warp modules with Warp's parallel
+module loading (``wp.force_load``), for users, containers and CI, and marks them announced
+in `util.compileNotice` so that no compile notice follows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import warp as wp
+
+from .operators import _specialized
+from .util import compileNotice
+from .util.warpContext import concreteKernel, ensureWarp
+
+__all__ = ["precompile"]
+
+_SCALARS = {"float32": wp.float32, "float64": wp.float64}
+
+
+def _vectorDims(annotations: dict) -> tuple[int | None, object]:
+    """(d, scalar) of a search signature: its first float vector type (None, None for the
+    dimension-free kernels)."""
+    for t in annotations.values():
+        dtype = getattr(t, "dtype", None)
+        length = getattr(dtype, "_length_", None)
+        scalar = getattr(dtype, "_wp_scalar_type_", None)
+        if length is not None and scalar in (wp.float32, wp.float64):
+            return int(length), scalar
+    return None, None
+
+
+def _modulesOf(short: str, dims, scalars) -> list:
+    """The Warp modules a launch of module `short` compiles: the module itself, or, for a
+    module that declares ``CONCRETE_SIGNATURES`` (the search), the per-signature copies of
+    `util.warpContext.concreteKernel` (filtered by `dims` and `scalars`)."""
+    pyModule = importlib.import_module(f"warpSPHCore.{short}")
+    signatures = getattr(pyModule, "CONCRETE_SIGNATURES", None)
+    if signatures is None:
+        return [wp.get_module(f"warpSPHCore.{short}")]
+    out = []
+    for kernel, signature in signatures:
+        d, scalar = _vectorDims(signature)
+        if d is not None and (d not in dims or scalar not in scalars):
+            continue
+        out.append(concreteKernel(kernel, signature).module)
+    return out
+
+
+def _specializedModules(operators, dims, scalars, kernels) -> list:
+    """The specialised Density/Gradient kernels (`operators._specialized`) of the default
+    call configuration (Gather supports, kind mode AllToAll-with-ghosts 9, no calibration,
+    CSR and grid) for each smoothing kernel in `kernels`, dimension and scalar type."""
+    sp = _specialized
+    wanted = [o for o in ("Density", "Gradient") if operators is None or o in operators]
+    out = []
+    for kernel in kernels:
+        for d in dims:
+            for scalar in scalars:
+                for csr in (True, False):
+                    cfg = sp.Configuration(d, scalar, int(kernel), 11, 9, csr, False)
+                    if "Density" in wanted:
+                        out.append(sp._densityKernel(cfg).module)
+                    if "Gradient" in wanted:
+                        out += [sp._gradientKernel(cfg).module,
+                                sp._gradientVJPKernel(cfg).module]
+    return out
+
+
+def precompile(devices=("cpu",), operators=None, workers: int | None = None,
+               verbose: bool = True, dims=(1, 2, 3), dtypes=("float32", "float64"),
+               kernels=(0,)) -> dict:
+    """Compile (or load from the cache) the library's Warp modules ahead of time.
+
+    Args:
+        devices: Warp device aliases (``"cpu"``, ``"cuda:0"``).
+        operators: names of `compileNotice.OPERATOR_MODULES` (e.g. ``["Density",
+            "Gradient"]``) or None for every module of the library.
+        workers: threads for Warp's parallel module loading (default: Warp's, at most 4).
+        verbose: print one line per module and device.
+        dims, dtypes: the dimensions and scalar types (``"float32"``, ``"float64"``) of the
+            per-configuration modules: the search's and the specialised Density/Gradient
+            kernels' (the generic operator modules hold every combination anyway).
+        kernels: `KernelFunctions` values whose specialised Density/Gradient kernels to build
+            (default call configuration: Gather, kind mode 9, no calibration, CSR and grid).
+
+    Returns:
+        ``{"modules": [...], "devices": [...], "seconds": float}``.
+    """
+    ensureWarp()
+    if operators is None:
+        names = sorted({m for mods in compileNotice.OPERATOR_MODULES.values() for m in mods})
+    else:
+        unknown = [o for o in operators if o not in compileNotice.OPERATOR_MODULES]
+        if unknown:
+            raise ValueError(f"precompile: unknown operators {unknown}; accepted: "
+                             f"{', '.join(compileNotice.OPERATOR_MODULES)} (or None for all)")
+        names = sorted({m for o in operators for m in compileNotice.OPERATOR_MODULES[o]})
+    badDims = [d for d in dims if d not in (1, 2, 3)]
+    badTypes = [t for t in dtypes if t not in _SCALARS]
+    if badDims or badTypes:
+        raise ValueError(f"precompile: dims {badDims} / dtypes {badTypes} not accepted; "
+                         "accepted: dims 1, 2, 3 and dtypes float32, float64")
+    scalars = [_SCALARS[t] for t in dtypes]
+    mods = []
+    for short in names:
+        mods += _modulesOf(short, dims, scalars)
+    mods += _specializedModules(operators, dims, scalars, kernels)
+    mods = list({m.name: m for m in mods}.values())
+    todo = [(m, wp.get_device(d)) for d in devices for m in mods]
+    if verbose:
+        for m, d in todo:
+            state = "cached" if compileNotice._isCached(m, d) else "compiling"
+            label = compileNotice.moduleLabel(m.name)
+            if m.name.startswith("warpSPHCore_"):
+                label = compileNotice.specializedLabel(m.name)
+            compileNotice._say(f"  {label:16s} {d.alias:8s} {state}")
+    t0 = time.perf_counter()
+    for _, d in todo:
+        compileNotice._SEEN.update((m.name, str(d)) for m in mods)
+    wp.force_load(device=list(devices), modules=mods, max_workers=workers)
+    seconds = time.perf_counter() - t0
+    if verbose:
+        compileNotice._say(f"warpSPHCore: {len(mods)} modules ready on {', '.join(devices)} "
+                           f"in {seconds:.1f} s (cache: {wp.config.kernel_cache_dir})")
+    return {"modules": [m.name for m in mods], "devices": list(devices), "seconds": seconds}
