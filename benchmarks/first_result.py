@@ -36,6 +36,18 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _lattice(side: int, device, dtype):
+    """The jittered 2D lattice on [-1, 1]^2 of both sequences and its spacing."""
+    import torch
+
+    dx = 2.0 / side
+    axes = [torch.arange(side, dtype=torch.float64)] * 2
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 2)
+    gen = torch.Generator().manual_seed(0)
+    jitter = (torch.rand(grid.shape, generator=gen, dtype=torch.float64) - 0.5) * 0.02 * dx
+    return (-1.0 + (grid + 0.5) * dx + jitter).to(device=device, dtype=dtype), dx
+
+
 def sequence(device_name: str, dtype_name: str, side: int) -> dict:
     steps: dict[str, float] = {}
     t = time.perf_counter()
@@ -57,14 +69,8 @@ def sequence(device_name: str, dtype_name: str, side: int) -> dict:
     steps["import"] = time.perf_counter() - t
     device = torch.device(device_name)
     dtype = getattr(torch, dtype_name)
-    d = 2
-    dx = 2.0 / side
-    axes = [torch.arange(side, dtype=torch.float64)] * d
-    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, d)
-    gen = torch.Generator().manual_seed(0)
-    jitter = (torch.rand(grid.shape, generator=gen, dtype=torch.float64) - 0.5) * 0.02 * dx
-    pos = (-1.0 + (grid + 0.5) * dx + jitter).to(device=device, dtype=dtype)
-    n = pos.shape[0]
+    pos, dx = _lattice(side, device, dtype)
+    d, n = 2, pos.shape[0]
     h = (50 * dx**d / torch.pi) ** 0.5
     particles = ParticleState(
         positions=pos,
@@ -129,14 +135,8 @@ def leanSequence(device_name: str, dtype_name: str, side: int) -> dict:
     steps["import"] = time.perf_counter() - t
     device = torch.device(device_name)
     dtype = getattr(torch, dtype_name)
-    d = 2
-    dx = 2.0 / side
-    axes = [torch.arange(side, dtype=torch.float64)] * d
-    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, d)
-    gen = torch.Generator().manual_seed(0)
-    jitter = (torch.rand(grid.shape, generator=gen, dtype=torch.float64) - 0.5) * 0.02 * dx
-    pos = (-1.0 + (grid + 0.5) * dx + jitter).to(device=device, dtype=dtype)
-    n = pos.shape[0]
+    pos, dx = _lattice(side, device, dtype)
+    d, n = 2, pos.shape[0]
     h = torch.full((n,), (50 * dx**d / torch.pi) ** 0.5, dtype=dtype, device=device)
     m = torch.full((n,), dx * dx, dtype=dtype, device=device)
 
@@ -154,7 +154,6 @@ def leanSequence(device_name: str, dtype_name: str, side: int) -> dict:
     t = time.perf_counter()
     f = torch.sin(torch.pi * pos[:, 0])
     runner = LeanRunner(pos, h, m, rho, f, csr, (2.0, 2.0), str(device))
-    seed = wp.zeros(n, dtype=runner.V, device=str(device))
     out = wp.to_torch(runner.gradient())
     seed = wp.from_torch((2.0 * out).contiguous(), dtype=runner.V)  # d/dout of sum(out^2)
     grad, gx, gf = runner.gradientTaped(seed)

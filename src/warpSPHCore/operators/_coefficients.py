@@ -33,7 +33,7 @@ import warp as wp
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
 __all__ = ["apparentVolume_j", "consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij",
-           "apparentVolumeVJP_j", "fieldCoefficientVJP_ij"]
+           "apparentVolumeVJP_j", "fieldCoefficientVJP_ij", "gradientPairVJP_ij"]
 
 
 @wp.func
@@ -174,3 +174,24 @@ def fieldCoefficientVJP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
                 wp.atomic_sub(p.gValues, iq, adj_c * V_j)
             elif scheme == 4:
                 wp.atomic_add(p.gValues, iq, adj_c * V_j)
+
+
+@wp.func
+def gradientPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       corr: Any, ks: Any, p: Any, u: Any, G: Any, Hu: Any, gh_i: Any,
+                       gh_j: Any):
+    """The adjoint of the Gradient's pair term c_ij[k] G_ij for the row cotangent `u`, given
+    (G, H u, u . dG/dh_i, u . dG/dh_j) of the pair: scatters c H u to -x_j, c (u . dG/dh) to
+    h_i and h_j and (u . G) dc to the coefficient's inputs (`fieldCoefficientVJP_ij`); returns
+    the x_i adjoint c H u. The one definition behind the generic and the specialised reverse
+    kernels (`gradient.gradientVJPPairTerm`, `_specialized`)."""
+    c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, p.values, False, False)
+    fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(G, u))
+    res = c * Hu
+    if p.hasRPositions:
+        wp.atomic_sub(p.rPositions, j, res)
+    if p.hasQSupports:
+        wp.atomic_add(p.qSupports, i, c * gh_i)
+    if p.hasRSupports:
+        wp.atomic_add(p.rSupports, j, c * gh_j)
+    return res

@@ -49,7 +49,7 @@ from ..neighborhood.traversal import (
     getIndexRange,
     gridQueryCell,
 )
-from ._coefficients import fieldCoefficient_ij, fieldCoefficientVJP_ij
+from ._coefficients import fieldCoefficient_ij, gradientPairVJP_ij
 
 __all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
            "gradientVJPSpecialized", "specializedKernelCount"]
@@ -336,16 +336,7 @@ def _gradientVJPKernel(cfg: Configuration):
         if wp.static(cfg.calibrate):
             u = u * ks.normalizationCoefficient
         Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
-        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, p.values, False, False)
-        fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
-        res = c * Hu
-        if p.hasRPositions:
-            wp.atomic_sub(p.rPositions, j, res)
-        if p.hasQSupports:
-            wp.atomic_add(p.qSupports, i, c * gh_i)
-        if p.hasRSupports:
-            wp.atomic_add(p.rSupports, j, c * gh_j)
-        return res
+        return gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hu, gh_i, gh_j)
 
     rowSum = _neighborSum(pair, cfg, True, X)
     admitted = _queryAdmitted(cfg)

@@ -59,7 +59,7 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij, fieldCoefficientVJP_ij
+from ._coefficients import fieldCoefficient_ij, gradientPairVJP_ij
 from ._specialized import gradientSpecialized, gradientVJPSpecialized
 from ._tangents import (
     coefficientTangentPresent,
@@ -195,15 +195,7 @@ def gradientVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
         G, Hu, gh_i, gh_j = sphKernelGradientVJP_ij(x_ij, q.supports[i], r.supports[j], u,
                                                     ks.supportMode, ks.kernelFunction,
                                                     dom.dim)
-        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, p.values, False, False)
-        fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(G, u))
-        res = c * Hu
-        if p.hasRPositions:
-            wp.atomic_sub(p.rPositions, j, res)
-        if p.hasQSupports:
-            wp.atomic_add(p.qSupports, i, c * gh_i)
-        if p.hasRSupports:
-            wp.atomic_add(p.rSupports, j, c * gh_j)
+        res = gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, G, Hu, gh_i, gh_j)
     return res
 
 
