@@ -67,6 +67,31 @@ def _ids(cases):
             for c in cases]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _compileCoveringDesign():
+    """Build every configuration's kernels of this module up front and compile them with
+    Warp's parallel module loading (one thread per core), instead of one at a time in the
+    tests (a cold kernel cache)."""
+    import os
+
+    import warp as wp
+
+    mods = []
+    for cases, builders in ((DENSITY_CASES, (_specialized._densityKernel,)),
+                            (GRADIENT_CASES, (_specialized._gradientKernel,)),
+                            (REVERSE_CASES, (_specialized._gradientKernel,
+                                             _specialized._gradientVJPKernel))):
+        for c in cases:
+            scalar = wp.float64 if c["dtype"] == torch.float64 else wp.float32
+            cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
+                                             int(c["support"]), c["mode"],
+                                             c["traversal"] == "csr", c["calibrate"])
+            mods += [build(cfg).module for build in builders]
+    wp.force_load(device="cpu", modules=list({m.name: m for m in mods}.values()),
+                  max_workers=max(1, os.cpu_count() or 1))
+    yield
+
+
 def test_covering_design_covers_every_option():
     """Each option value appears with each specialised operator at least once."""
     for cases in (DENSITY_CASES, GRADIENT_CASES):
