@@ -233,9 +233,9 @@ def test_gradient_reverse_specialized_gradcheck(device):
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
-def test_taped_launches_keep_the_generic_kernel(device):
-    """A call whose backward is Warp's generated adjoint (CRK: not eligible for the reverse
-    kernel) must launch the generic kernel: no specialised Gradient kernel is generated."""
+def test_crk_and_renormalization_gradients_are_not_specialised(device):
+    """CRK and renormalization correct G_ij: the Gradient's specialised kernel declines them
+    (the call then runs the generic kernel's own overload)."""
     c = dict(kernel=KernelFunctions.Wendland4, support=SupportScheme.Gather, d=2,
              dtype=torch.float64, traversal="csr", mode=9, calibrate=False, periodic=False,
              scheme=GradientScheme.Naive)
@@ -324,3 +324,74 @@ def test_specialized_kernels_skip_and_report_bad_indices(device, op):
         checkErrors()
     name = "density" if op == WarpOperation.Density else "gradient"
     assert any(n == name for n, _ in _specialized._BUILT)
+
+
+@pytest.mark.parametrize("op", [WarpOperation.Interpolate, WarpOperation.Laplacian],
+                         ids=lambda o: o.name)
+def test_other_operators_use_their_concrete_overload(device, op):
+    """An untaped call of an operator without a specialised kernel runs its generic kernel's
+    own (d, dtype) overload, compiled alone without adjoint code
+    (`autograd.specialize.concreteOverload`): the same code, so the same result."""
+    import warp as wp
+
+    from warpSPHCore.autograd.specialize import concreteOverload
+    from warpSPHCore.operators import operatorEntry
+
+    c = dict(kernel=KernelFunctions.Wendland4, support=SupportScheme.Gather, d=2,
+             dtype=torch.float64, traversal="csr", mode=9, calibrate=False, periodic=True,
+             scheme=GradientScheme.Naive)
+    q, dom, adj = _setup(c, device)
+    f = torch.randn(q.positions.shape[0], generator=torch.Generator().manual_seed(4),
+                    dtype=torch.float64).to(device)
+    pr = props(op, kernel=c["kernel"])
+    with torch.no_grad():
+        a, b = _bothRoutes(lambda: warpOperation(q, pr, dom, queryValues=f, adjacency=adj))
+    assert b.abs().max() > 0
+    torch.testing.assert_close(a, b, rtol=1e-14, atol=0.0)
+    generic = operatorEntry(op).spec.kernel
+    k = concreteOverload(generic, {"dim": 2, "scalar": wp.float64})
+    assert k is not generic and not k.is_generic
+    assert k.module.name.startswith(f"warpSPHCore_{op.name}_")
+    assert k.options.get("enable_backward", k.module.options["enable_backward"]) is False
+    # the same object for the same (d, dtype), another one for another
+    assert concreteOverload(generic, {"dim": 2, "scalar": wp.float64}) is k
+    assert concreteOverload(generic, {"dim": 3, "scalar": wp.float32}) is not k
+
+
+def test_taped_launches_run_their_overload_with_its_adjoint(device):
+    """A call that Warp's tape differentiates (Density has no hand-written reverse kernel;
+    a CRK Gradient is not eligible for it) runs the generic kernel's own (d, dtype) overload
+    compiled alone with its adjoint (`autograd.specialize.tapedKernel`): the same values and
+    gradients as the generic module, and a float64 gradcheck through it."""
+    import warp as wp
+
+    from warpSPHCore.autograd.specialize import tapedKernel
+    from warpSPHCore.operators.density import densityKernel
+
+    c = dict(kernel=KernelFunctions.QuarticSpline, support=SupportScheme.SuperSymmetric, d=3,
+             dtype=torch.float64, traversal="grid", mode=13, calibrate=False, periodic=True,
+             scheme=GradientScheme.Naive)
+    q0, dom, adj = _setup(c, device, n=24)
+    pr = _calProps(WarpOperation.Density, c)
+
+    def run():
+        x = q0.positions.detach().clone().requires_grad_(True)
+        h = q0.supports.detach().clone().requires_grad_(True)
+        out = warpOperation(ParticleState(x, h, q0.masses, q0.kinds), pr, dom, adjacency=adj)
+        out.backward(torch.linspace(-1.0, 1.0, out.numel(), dtype=out.dtype,
+                                    device=out.device))
+        return out.detach(), x.grad, h.grad
+
+    a, b = _bothRoutes(run)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-14, atol=1e-300)
+    k = tapedKernel({"dim": 3, "scalar": wp.float64}, densityKernel)
+    assert k is not densityKernel
+    assert "_3d_f64_adj_" in k.module.name
+
+    def fn(x):
+        return warpOperation(ParticleState(x, q0.supports, q0.masses, q0.kinds), pr, dom,
+                             adjacency=adj)
+
+    assert torch.autograd.gradcheck(fn, (q0.positions.detach().clone().requires_grad_(True),),
+                                    eps=1e-6, atol=1e-6, rtol=1e-5)

@@ -10,6 +10,11 @@ operator's hand-written reverse kernel (`autograd.reverse`). A `wp.Tape` launch 
 the generic kernel, whose generated adjoint the tape replays. ``ReverseSpec.specialize``
 does the same for a hand-written reverse kernel.
 
+Launches without a factory, or whose factory does not cover the call (the other operators,
+the JVP kernels, the correction builders' kernels), take `concreteOverload`: the generic
+kernel's own overload for the call's (d, scalar type), compiled alone and without adjoint
+code in a module of its own.
+
 The specialised kernel has the generic kernel's ABI (the same eight state arguments, extras
 and outputs), so nothing else in the call changes; the outputs agree with the generic
 kernel's to rounding (bitwise where the arithmetic is the same: see
@@ -23,7 +28,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["specializationEnabled", "setSpecialization", "specializedKernel"]
+from ..util.warpContext import concreteKernel
+from .arg_extract import structFor
+
+__all__ = ["specializationEnabled", "setSpecialization", "specializedKernel",
+           "tapedKernel", "concreteOverload"]
 
 _ENABLED = [os.environ.get("WARPSPHCORE_SPECIALIZE", "1") != "0"]
 
@@ -41,9 +50,50 @@ def setSpecialization(enabled: bool) -> bool:
 
 
 def specializedKernel(factory, config: dict, generic):
-    """`factory(config)` when specialisation is on and the factory covers the call, else
-    `generic`."""
-    if factory is None or not _ENABLED[0]:
+    """The kernel of an untaped launch: `factory(config)` when specialisation is on and the
+    factory covers the call; else, for a generic kernel with declared (scalar type, d)
+    overloads, `concreteOverload` (its overload for the call as a forward-only module of its
+    own); else `generic`."""
+    if not _ENABLED[0]:
         return generic
-    kernel = factory(config)
-    return generic if kernel is None else kernel
+    if factory is not None:
+        kernel = factory(config)
+        if kernel is not None:
+            return kernel
+    return concreteOverload(generic, config)
+
+
+def tapedKernel(config: dict, generic):
+    """The kernel of a launch that a `wp.Tape` records: with specialisation on, the generic
+    kernel's own (d, dtype) overload compiled alone *with* its adjoint (`concreteOverload`
+    with ``backward=True``), so a taped call compiles one overload instead of the six of the
+    generic module; else `generic`."""
+    if not _ENABLED[0]:
+        return generic
+    return concreteOverload(generic, config, backward=True)
+
+
+def concreteOverload(kernel, config: dict, backward: bool = False):
+    """`kernel`'s declared overload for the call's (d, scalar type) (`declareStateOverloads`:
+    the first argument is the query struct of that pair), compiled alone, without adjoint
+    code, in a module of its own (`util.warpContext.concreteKernel`): a call pays for the
+    overload it uses, not for the six of the generic module and their adjoints. `kernel`
+    itself when it is not generic or declares no matching overload."""
+    if not getattr(kernel, "is_generic", False) or not kernel.overloads:
+        return kernel
+    key = (kernel.module.name, kernel.key, config["dim"], config["scalar"], bool(backward))
+    found = _OVERLOADS.get(key)
+    if found is None:
+        want = structFor("particle", config["dim"], config["scalar"])
+        for ovl in kernel.overloads.values():
+            first = next(iter(ovl.adj.arg_types.values()))
+            if first is want:
+                found = concreteKernel(kernel, dict(ovl.adj.arg_types), backward=backward)
+                break
+        else:
+            found = kernel
+        _OVERLOADS[key] = found
+    return found
+
+
+_OVERLOADS: dict = {}

@@ -59,7 +59,7 @@ from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
 from .launcher import COURIER, castTorchToWarp, outputIsFloat, torchStreamAsWarp
 from .reverse import recordReverse, reverseKernelsEnabled
-from .specialize import specializedKernel
+from .specialize import specializedKernel, tapedKernel
 
 __all__ = ["StateAwareWarpFunction", "hasLiveTangent", "fieldCacheGradEnabled",
            "_liveTangentMask", "_N_NON_TENSOR"]
@@ -110,10 +110,10 @@ def _activeWarpTape():
 def _untaped(build_fn, kernel):
     """The kernel of a launch that no tape records: the operator's specialised kernel for
     this call's configuration when it declares one (`autograd.specialize`), else `kernel`."""
-    factory = getattr(build_fn, "specialize", None)
-    if factory is None:
+    config = getattr(build_fn, "config", None)
+    if config is None:
         return kernel
-    return specializedKernel(factory, build_fn.config, kernel)
+    return specializedKernel(getattr(build_fn, "specialize", None), config, kernel)
 
 
 def _kernelName(kernel) -> str:
@@ -230,8 +230,12 @@ class StateAwareWarpFunction(torch.autograd.Function):
                     result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype,
                                       *args)
                 else:
+                    taped = kernel
+                    config = getattr(build_fn, "config", None)
+                    if config is not None:
+                        taped = tapedKernel(config, kernel)
                     with tape:
-                        result = launcher(kernel, output_shape, output_dtype, *args)
+                        result = launcher(taped, output_shape, output_dtype, *args)
             else:
                 reverse = None
                 tape = None

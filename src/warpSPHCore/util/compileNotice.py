@@ -83,9 +83,14 @@ def specializedLabel(moduleName: str) -> str:
                     f"mode {mode[1:]}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
         label, kernel = parts[0], parts[1]
         tail = parts[2:-1]
+        adjoint = bool(tail) and tail[-1] == "adj"
+        if adjoint:
+            tail = tail[:-1]
+        extra = ", with its adjoint" if adjoint else ""
         if len(tail) == 2:
-            return f"{label}: {kernel} ({tail[0].upper()} {scalars.get(tail[1], tail[1])})"
-        return f"{label}: {kernel}"
+            return (f"{label}: {kernel} ({tail[0].upper()} {scalars.get(tail[1], tail[1])}"
+                    f"{extra})")
+        return f"{label}: {kernel}" + (f" ({extra[2:]})" if adjoint else "")
     except (ValueError, IndexError):
         return moduleName
 

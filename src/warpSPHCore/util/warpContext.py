@@ -111,13 +111,22 @@ _CONCRETE_LOCK = threading.Lock()
 
 
 def _shortName(annotations: dict) -> str:
-    """``2d_f32`` from the first vector (or scalar float) type among the annotations."""
-    for t in annotations.values():
+    """``2d_f32`` from the first float vector among the argument types (looking into a
+    struct's ``positions`` field), else ``f32``/``f64`` from the first float array, else
+    ``any``."""
+    def vectorOf(t):
+        fields = getattr(t, "vars", None)
+        if isinstance(fields, dict) and "positions" in fields:
+            t = fields["positions"].type
         dtype = getattr(t, "dtype", t)
-        length = getattr(dtype, "_length_", None)
-        scalar = getattr(dtype, "_wp_scalar_type_", dtype)
-        if length is not None and scalar in (wp.float32, wp.float64):
-            return f"{length}d_{'f32' if scalar == wp.float32 else 'f64'}"
+        if wp.types.type_is_vector(dtype) and dtype._wp_scalar_type_ in (wp.float32, wp.float64):
+            return dtype
+        return None
+
+    for t in annotations.values():
+        v = vectorOf(t)
+        if v is not None:
+            return f"{v._length_}d_{'f32' if v._wp_scalar_type_ == wp.float32 else 'f64'}"
     for t in annotations.values():
         dtype = getattr(t, "dtype", t)
         if dtype in (wp.float32, wp.float64):
@@ -125,9 +134,9 @@ def _shortName(annotations: dict) -> str:
     return "any"
 
 
-def concreteKernel(kernel, annotations: dict | None = None, args=None):
-    """A forward-only copy of `kernel` with concrete argument types, in a Warp module of its
-    own (``module="unique"``, ``enable_backward=False``), made once per signature.
+def concreteKernel(kernel, annotations: dict | None = None, args=None, backward: bool = False):
+    """A copy of `kernel` with concrete argument types, in a Warp module of its own
+    (``module="unique"``; adjoint code only with `backward`), made once per signature.
 
     The types come from `annotations` (overrides of the kernel's own annotations, e.g. one
     ``wp.overload`` signature) or are inferred from the launch arguments `args`. A module of
@@ -141,7 +150,7 @@ def concreteKernel(kernel, annotations: dict | None = None, args=None):
         resolved = dict(zip(names, kernel.infer_argument_types(list(args)), strict=True))
     else:
         resolved = dict(kernel.adj.arg_types)
-    key = (kernel.module.name, kernel.key,
+    key = (kernel.module.name, kernel.key, bool(backward),
            tuple(wp.types.type_repr(resolved[n]) for n in names))
     found = _CONCRETE.get(key)
     if found is not None:
@@ -152,11 +161,13 @@ def concreteKernel(kernel, annotations: dict | None = None, args=None):
             fn = kernel.func
             label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
             name = f"warpSPHCore_{label}_{kernel.key}_{_shortName(resolved)}"
+            if backward:
+                name += "_adj"
             copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
                                       fn.__closure__)
             copy.__qualname__ = name
             copy.__annotations__ = dict(resolved)
-            found = wp.kernel(copy, enable_backward=False, module="unique")
+            found = wp.kernel(copy, enable_backward=bool(backward), module="unique")
             _CONCRETE[key] = found
     return found
 
