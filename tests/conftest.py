@@ -77,6 +77,33 @@ def specialized():
     setSpecialization(previous)
 
 
+def _refreshingEnv(method):
+    """`pytest.MonkeyPatch.setenv`/`delenv` that re-read the library's environment gates
+    (`util.gates`: read once) when a test changes one of them."""
+    def wrapped(self, name, *args, **kw):
+        result = method(self, name, *args, **kw)
+        if str(name).startswith("WARPSPHCORE_"):
+            from warpSPHCore.util.gates import refreshGates
+
+            refreshGates()
+        return result
+    return wrapped
+
+
+pytest.MonkeyPatch.setenv = _refreshingEnv(pytest.MonkeyPatch.setenv)
+pytest.MonkeyPatch.delenv = _refreshingEnv(pytest.MonkeyPatch.delenv)
+
+
+@pytest.fixture(autouse=True)
+def _freshGates():
+    """Each test starts from the gates of the environment it runs in (a previous test's
+    monkeypatch has been undone by then)."""
+    from warpSPHCore.util.gates import refreshGates
+
+    refreshGates()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _isolateErrorBuffers():
     """A test that corrupts a neighbour structure on purpose must not leave its recorded

@@ -21,7 +21,7 @@ atomic scatters into the inputs' gradient buffers (docs/performance.md).
 The bridge (`StateAwareWarpFunction.forward`) launches an eligible call outside the tape and
 records the reverse launch with ``tape.record_func``, so `backward`, `tape.zero()` and the
 seed handling are the same for both paths. The environment variable
-``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1`` (read on every forward) forces the tape path, for
+``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1`` (`util.gates`: read once) forces the tape path, for
 A/B comparisons and debugging. The route a call took is ``out.grad_fn.reverse_route`` (the
 reverse kernel's key, or None for the tape).
 
@@ -32,13 +32,13 @@ gradient buffer among the arguments' arrays (struct fields included) belongs to 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import warp as wp
 
+from ..util.gates import gate
 from .launcher import deviceOfArgs, launch_reverse, structFields
 from .specialize import specializedKernel
 
@@ -65,8 +65,9 @@ class ReverseSpec:
 
 
 def reverseKernelsEnabled() -> bool:
-    """Read gate of ``WARPSPHCORE_DISABLE_REVERSE_KERNELS`` (default: enabled; "1" disables)."""
-    return os.environ.get("WARPSPHCORE_DISABLE_REVERSE_KERNELS", "0") != "1"
+    """Gate ``WARPSPHCORE_DISABLE_REVERSE_KERNELS`` (default: enabled; "1" disables;
+    `util.gates`)."""
+    return gate("WARPSPHCORE_DISABLE_REVERSE_KERNELS") != "1"
 
 
 def gradientBuffersWithin(args, allowed: dict) -> bool:

@@ -38,7 +38,7 @@ before the per-position gradients and `jvp` drops the six leading tangents.
     tape and the hand-written reverse launch is recorded on it (``tape.record_func``);
     ``ctx.reverse_route`` names the reverse kernel (None: Warp's generated adjoint).
 
-Gates (read on every forward): ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds
+Gates (`util.gates`: read once at import, `refreshGates()` re-reads): ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds
 grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireView`),
 ``WARPSPHCORE_DISABLE_BUNDLE`` (in `util.stateBundle`), ``WARPSPHCORE_DISABLE_REVERSE_KERNELS``
 (in `reverse`; "1" keeps every call on the tape path).
@@ -46,14 +46,13 @@ grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireVie
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.autograd.forward_ad as fwAD
 import warp as wp
 
 from ..util.errorFlags import checkErrors, eagerErrorChecks, pendingErrorBuffer, reportErrorValues
 from ..util.fieldRegistry import Field
+from ..util.gates import gate
 from ..util.profiling import recordFunction
 from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
@@ -68,8 +67,8 @@ _N_NON_TENSOR = 6
 
 
 def fieldCacheGradEnabled() -> bool:
-    """Read gate of ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" disables)."""
-    return os.environ.get("WARPSPHCORE_FIELD_CACHE_GRAD", "1") != "0"
+    """Gate ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" disables; `util.gates`)."""
+    return gate("WARPSPHCORE_FIELD_CACHE_GRAD") != "0"
 
 
 class _StreamScope:

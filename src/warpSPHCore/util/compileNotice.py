@@ -23,6 +23,8 @@ import threading
 
 import warp as wp
 
+from .gates import gate
+
 __all__ = ["announceCompile", "OPERATOR_MODULES", "moduleLabel", "specializedLabel"]
 
 #: operator name -> the warpSPHCore modules its launches compile (primal, JVP and reverse
@@ -96,7 +98,7 @@ def specializedLabel(moduleName: str) -> str:
 
 
 def _enabled() -> bool:
-    return os.environ.get("WARPSPHCORE_COMPILE_NOTICE", "1") != "0"
+    return gate("WARPSPHCORE_COMPILE_NOTICE") != "0"
 
 
 def _isCached(module, device) -> bool:

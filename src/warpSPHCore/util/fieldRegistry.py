@@ -24,15 +24,15 @@ Attached Fields
     Never cached: non-contiguous tensors and tensors with degenerate strides (a cached view
     of a contiguous copy would go stale after in-place writes to the original, W30), empty
     tensors (replaced by a fresh empty tensor with canonical strides), and everything when
-    ``WARPSPHCORE_DISABLE_FIELD_CACHE=1`` (read on every acquire).
+    ``WARPSPHCORE_DISABLE_FIELD_CACHE=1`` (`util.gates`: read once).
 
 Null fields
     `nullField(kind, dim, device, dtype)` returns a permanent, never-differentiable
     standalone Field (it owns its tensor) used as the placeholder of disabled slots. Shapes:
     SCALAR/INT32/INT64/BOOL ``(1,)``, VECTOR ``(1, d)``, MATRIX ``(1, d, d)``, VEC2I
     ``(1, 2)``, VEC3I/VEC3L ``(1, 3)``. Filled with zeros, or with NaN (floats) / INT32_MIN
-    (integers; bools stay false) when ``WARPSPHCORE_NULL_FILL=sentinel`` (read on every
-    lookup; the registry is keyed by the fill mode) — proving that no disabled slot is read.
+    (integers; bools stay false) when ``WARPSPHCORE_NULL_FILL=sentinel`` (`util.gates`;
+    the registry is keyed by the fill mode) — proving that no disabled slot is read.
     ``tangent=True`` placeholders are always zero.
 """
 
@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import collections
 import enum
-import os
 
 import torch
 import warp as wp
 
 from .conversion import castTorchToWarp, warpDtypeAsBuiltins
+from .gates import gate
 from .warpContext import ensureWarp
 
 __all__ = [
@@ -88,13 +88,13 @@ class FieldKind(enum.IntEnum):
 
 
 def fieldCacheDisabled() -> bool:
-    """Read gate of ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (read on every acquire)."""
-    return os.environ.get("WARPSPHCORE_DISABLE_FIELD_CACHE", "0") == "1"
+    """Gate ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (`util.gates`: read once)."""
+    return gate("WARPSPHCORE_DISABLE_FIELD_CACHE") == "1"
 
 
 def nullFillMode() -> str:
-    """Read gate of ``WARPSPHCORE_NULL_FILL``: "zeros" (default) or "sentinel"."""
-    mode = os.environ.get("WARPSPHCORE_NULL_FILL", "zeros").strip().lower()
+    """Gate ``WARPSPHCORE_NULL_FILL`` (`util.gates`): "zeros" (default) or "sentinel"."""
+    mode = gate("WARPSPHCORE_NULL_FILL").strip().lower()
     if mode not in ("zeros", "sentinel"):
         raise ValueError(
             f"WARPSPHCORE_NULL_FILL={mode!r} is not supported; accepted: zeros, sentinel"

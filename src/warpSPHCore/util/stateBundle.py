@@ -12,7 +12,7 @@ Reusing (mutating) an instance between a grad-requiring launch and its backward 
 first call's gradient into the second call's arrays. Deferring backward past a later
 forward is ordinary torch usage, so grad-requiring launches always get fresh call-local
 structs; `StateAwareWarpFunction` passes ``use_bundle=True`` only when nothing requires
-grad. ``WARPSPHCORE_DISABLE_BUNDLE=1`` (read on every forward) disables reuse as a
+grad. ``WARPSPHCORE_DISABLE_BUNDLE=1`` (`util.gates`: read once) disables reuse as a
 measurement hatch, not a correctness one.
 
 Typical `build_fn` code::
@@ -29,9 +29,9 @@ or, holding one bundle per (d, dtype)::
 
 from __future__ import annotations
 
-import os
-
 import warp as wp
+
+from .gates import gate
 
 __all__ = [
     "StateBundle",
@@ -43,8 +43,8 @@ __all__ = [
 
 
 def bundleDisabled() -> bool:
-    """Read gate of ``WARPSPHCORE_DISABLE_BUNDLE`` (read on every forward)."""
-    return os.environ.get("WARPSPHCORE_DISABLE_BUNDLE", "0") == "1"
+    """Gate ``WARPSPHCORE_DISABLE_BUNDLE`` (`util.gates`: read once)."""
+    return gate("WARPSPHCORE_DISABLE_BUNDLE") == "1"
 
 
 class StateBundle:
