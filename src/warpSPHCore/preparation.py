@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from .autograd.callPlan import fingerprint, lookupPlan, recordPlan
 from .autograd.operator_spec import Corrections, SPHContext, launchOperator
 from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
@@ -163,16 +164,47 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
                  gradHState=None, renormalizationState=None, consistentDivergence=False,
                  covarianceReturnNumNeighbors=False, *, dualRoute=None):
     """`operations.warpOperation` with the forward-mode route `dualRoute` (see
-    `launchOperator`) given by the caller; arguments, result and errors as there."""
-    op, ctx, extras, finalize = _prepareCall(
-        queryParticles, operationProperties, domain, queryValues, referenceValues, queryVolumes,
-        referenceVolumes, adjacency, referenceParticles, preScatteredQuantities, crkState,
-        gradHState, renormalizationState, consistentDivergence)
+    `launchOperator`) given by the caller; arguments, result and errors as there.
+
+    A repeated no-grad call on the same objects in the same state is replayed from its call
+    plan (`autograd.callPlan`), skipping validation and extraction: the full path would
+    validate and launch exactly the same thing."""
+    args = (queryParticles, operationProperties, domain, queryValues, referenceValues,
+            queryVolumes, referenceVolumes, adjacency, referenceParticles,
+            preScatteredQuantities, crkState, gradHState, renormalizationState,
+            consistentDivergence, covarianceReturnNumNeighbors)
+    fp = fingerprint(args)
+    if fp is not None:
+        plan = lookupPlan(fp[0])
+        if plan is not None:
+            return plan.run()
+        return recordPlan(fp, lambda: _fullPath(args, dualRoute))
+    raw, finish = _fullPath(args, dualRoute)
+    return finish(raw)
+
+
+def _fullPath(args: tuple, dualRoute):
+    """Validate, prepare and launch one call; returns ``(raw, finish)``: the launch's output
+    and the step that turns it into the call's result."""
+    *callArgs, consistentDivergence, covarianceReturnNumNeighbors = args
+    op, ctx, extras, finalize = _prepareCall(*callArgs, consistentDivergence)
     out = launchOperator(operatorEntry(op).spec, ctx, dualRoute=dualRoute, **extras)
     if op == WarpOperation.Covariance:
-        C = finalize(out[0])
-        return (C, out[1]) if covarianceReturnNumNeighbors else C
-    return finalize(out)
+        return out, (_covarianceWithCounts(finalize) if covarianceReturnNumNeighbors
+                     else _covarianceOnly(finalize))
+    return out, finalize
+
+
+def _covarianceWithCounts(finalize):
+    def finish(raw):
+        return finalize(raw[0]), raw[1]
+    return finish
+
+
+def _covarianceOnly(finalize):
+    def finish(raw):
+        return finalize(raw[0])
+    return finish
 
 
 def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,

@@ -35,11 +35,13 @@ from ..util.conversion import (  # noqa: F401  (re-exported: the bridge's casts)
     castTorchToWarpAsBuiltins,
     warpDtypeAsBuiltins,
 )
+from ..util.launchCapture import CapturedLaunch, activeCapture, noteForeignLaunch
 from ..util.warpContext import ensureWarp
 
 __all__ = [
     "launch_kernel",
     "launch_reverse",
+    "replayLaunch",
     "allocateTorchWarp",
     "castTorchToWarpAsBuiltins",
     "castTorchToWarp",
@@ -150,6 +152,12 @@ def torchStreamAsWarp(device):
     return s
 
 
+def _tapeRecording() -> bool:
+    """Whether a `wp.Tape` is recording (a launch now would be recorded on it)."""
+    runtime = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
+    return getattr(runtime, "tape", None) is not None
+
+
 def _isMulti(output_dtype) -> bool:
     return isinstance(output_dtype, (tuple, list))
 
@@ -204,18 +212,51 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
             dims = dims + (int(lanes),)
             blockDim = int(lanes)
         announceCompile(kernel, device)
-        wp.launch(
+        capture = activeCapture()
+        stream = torchStreamAsWarp(device)
+        if capture is not None and _tapeRecording():
+            capture.foreign += 1  # a taped launch is never replayed from a plan
+            capture = None
+        command = wp.launch(
             kernel,
             dim=dims if len(dims) > 1 else dims[0],
             inputs=list(args),
             outputs=views,
             device=device,
-            stream=torchStreamAsWarp(device),
+            stream=stream,
             block_dim=blockDim,
+            record_cmd=capture is not None,
         )
+        if capture is not None:
+            # the command keeps raw pointers only: the plan keeps the inputs alive itself,
+            # and the recorded output view is not retained (each replay allocates its own)
+            command.fwd_args = None
+            command.launch(stream)
+            capture.launches.append(CapturedLaunch(
+                command, list(args), [(tuple(v.shape), v.dtype) for v in views], len(args)))
+    elif activeCapture() is not None:
+        activeCapture().foreign += 1  # nothing launched: keep the call on the full path
     for o, v in zip(outs, views):
         setattr(o, COURIER, v)
     return tuple(outs) if _isMulti(output_dtype) else outs[0]
+
+
+def replayLaunch(command, numInputs: int, outputs) -> None:
+    """Replay a launch recorded by `launch_kernel` under a launch capture (a call plan,
+    `autograd.callPlan`): its output parameters are pointed at `outputs` (fresh tensors of
+    the recorded shapes and dtypes, in order), then it runs on torch's current stream.
+
+    Args:
+        command: the recorded ``wp.Launch``.
+        numInputs: how many of its parameters precede the outputs.
+        outputs: the output tensors.
+    """
+    params = command.params
+    first = 1 + numInputs  # params[0] holds the launch bounds
+    for k, o in enumerate(outputs):
+        params[first + k].data = o.data_ptr()
+    device = command.device
+    command.launch(torchStreamAsWarp(device) if device.is_cuda else None)
 
 
 def launch_reverse(kernel, dim: int, inputs, device) -> None:
@@ -229,6 +270,7 @@ def launch_reverse(kernel, dim: int, inputs, device) -> None:
         inputs: its arguments.
         device: the call's Warp device.
     """
+    noteForeignLaunch()
     if int(dim) > 0:
         announceCompile(kernel, device)
         wp.launch(kernel, dim=int(dim), inputs=list(inputs), device=device,

@@ -3,7 +3,7 @@
 An operator declares its kernel, outputs, extras (named additional kernel arguments, TENSOR
 or SCALAR) and thread count once; `launchOperator(spec, ctx, **extras)` validates a call
 against the declaration, resolves the outputs and delegates to the shared engine
-`wrapper._launch`. It is neither a caching layer nor a behaviour change: a kernel launched
+`wrapper.launchState`. It is neither a caching layer nor a behaviour change: a kernel launched
 through it runs exactly like the `warpWrapper2` call it replaces.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 
 from ..enumTypes import ExecutionMode
-from .wrapper import _launch
+from .wrapper import launchState
 
 __all__ = [
     "ShapeOf",
@@ -247,6 +247,9 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **ext
         jvp_fn = _build_geometry_jvp_fn(spec, ctx, extras, dualRoute)
     additional = tuple(extras[e.name] for e in spec.extras)
     kinds = tuple(e.kind for e in spec.extras)
-    return _launch(spec.kernel, ctx.stateTuple(), additional, outputShape, outputDtype,
-                   numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=kinds,
-                   reverse=spec.reverse, specialize=spec.specialize)
+    c = ctx.corrections
+    return launchState(spec.kernel, ctx.query, ctx.properties, ctx.domain, c.volumes[0],
+                       c.volumes[1], ctx.adjacency, ctx.reference, c.crk, c.gradH, c.renorm,
+                       additional, outputShape, outputDtype, numThreads=numThreads,
+                       jvp_fn=jvp_fn, extraKinds=kinds, reverse=spec.reverse,
+                       specialize=spec.specialize)

@@ -53,6 +53,7 @@ import warp as wp
 from ..util.errorFlags import checkErrors, eagerErrorChecks, pendingErrorBuffer, reportErrorValues
 from ..util.fieldRegistry import Field
 from ..util.gates import gate
+from ..util.launchCapture import activeCapture
 from ..util.profiling import recordFunction
 from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
@@ -204,8 +205,9 @@ class StateAwareWarpFunction(torch.autograd.Function):
                 else:
                     warpArrays.append(t)
 
-        # 4. build (persistent structs only without grad, W25)
-        useBundle = (not anyRG) and not bundleDisabled()
+        # 4. build (persistent structs only without grad, W25; a call being captured into a
+        #    call plan gets structs of its own, which the plan keeps)
+        useBundle = (not anyRG) and not bundleDisabled() and activeCapture() is None
         with recordFunction("warpSPHCore::bridge::build"):
             args = build_fn(warpArrays, use_bundle=useBundle)
 

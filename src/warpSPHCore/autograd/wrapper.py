@@ -27,7 +27,7 @@ from .cache import getCachedWarpArray
 from .launcher import launch_kernel
 from .stateAwareWarpFunction import StateAwareWarpFunction
 
-__all__ = ["_launch", "_launchFlat", "_isInertTensor", "warpWrapper2", "asScalarArg"]
+__all__ = ["_launch", "launchState", "_launchFlat", "_isInertTensor", "warpWrapper2", "asScalarArg"]
 
 _TENSOR, _SCALAR = 0, 1  # ExtraKind values (operator_spec imports this module)
 _NEVER_PRUNED_WHEN_TRACKING = (_QK, _RK)
@@ -82,12 +82,28 @@ def _castScalar(value, scalar):
 def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, outputDtype=None,
             numThreads=None, jvp_fn=None, extraKinds=None, lanes=None, reverse=None,
             specialize=None):
-    """Run one operator launch through the bridge.
+    """Run one operator launch through the bridge from the legacy 10-slot ``stateTuple``
+    ``(query, properties, domain, qVol, rVol, adjacency, reference, crk, gradH, renorm)``
+    (None-padded); the other arguments as for `launchState`."""
+    (query, properties, domain, qVol, rVol, adjacency, reference, crk, gradH,
+     renorm) = stateTuple
+    return launchState(kernel, query, properties, domain, qVol, rVol, adjacency, reference, crk,
+                       gradH, renorm, additionalArguments, outputShape, outputDtype,
+                       numThreads=numThreads, jvp_fn=jvp_fn, extraKinds=extraKinds,
+                       lanes=lanes, reverse=reverse, specialize=specialize)
+
+
+def launchState(kernel, query, properties, domain, queryVolumes, referenceVolumes, adjacency,
+                reference, crk, gradH, renorm, additionalArguments=(), outputShape=None,
+                outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None,
+                reverse=None, specialize=None):
+    """Run one operator launch through the bridge (`launchOperator` passes its `SPHContext`
+    fields here: the call's state goes straight to the 36 flat slots and the structs).
 
     Args:
         kernel: Warp kernel with the canonical ABI.
-        stateTuple: ``(query, properties, domain, qVol, rVol, adjacency, reference, crk,
-            gradH, renorm)``, None-padded.
+        query, properties, domain, queryVolumes, referenceVolumes, adjacency, reference,
+            crk, gradH, renorm: the call's state (None where absent).
         additionalArguments: the extras in kernel order.
         outputShape, outputDtype: of the output (tuples of them for several outputs).
         numThreads: thread count (default: the first output's leading size).
@@ -98,10 +114,8 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
         specialize: optional factory of specialised forward-only kernels
             (`autograd.specialize`).
     """
-    (query, properties, domain, qVol, rVol, adjacency, reference, crk, gradH,
-     renorm) = stateTuple
-    flat, build_state = extractStateInfo(query, properties, domain, queryVolumes=qVol,
-                                         referenceVolumes=rVol, adjacency=adjacency,
+    flat, build_state = extractStateInfo(query, properties, domain, queryVolumes=queryVolumes,
+                                         referenceVolumes=referenceVolumes, adjacency=adjacency,
                                          referenceParticles=reference, crkState=crk,
                                          gradHState=gradH, renormalizationState=renorm,
                                          site=siteId(kernel))

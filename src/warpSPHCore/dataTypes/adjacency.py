@@ -245,3 +245,8 @@ class AdjacencyList:
     @property
     def device(self) -> torch.device:
         return self.i.device
+
+
+#: The fields an operator call reads (validation and state extraction); a call plan's key
+#: (`autograd.callPlan`) covers these, not the build-time inputs and hash map kept beside.
+AdjacencyList.OPERATOR_FIELDS = ("j", "numNeighbors", "edgeOffsets", "numRows", "numCols")

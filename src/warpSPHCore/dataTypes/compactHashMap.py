@@ -143,3 +143,9 @@ class CompactHashMap:
     @property
     def device(self) -> torch.device:
         return self.sortIndex.device
+
+
+#: The fields an operator call reads (validation and state extraction); a call plan's key
+#: (`autograd.callPlan`) covers these.
+CompactHashMap.OPERATOR_FIELDS = ("sortIndex", "hashTable", "sortedCellTable", "qMin", "qMax",
+                                  "numCells", "hashMapLength", "numOffsets", "cellOffsets")

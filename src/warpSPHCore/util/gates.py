@@ -15,6 +15,7 @@ WARPSPHCORE_FIELD_CACHE_GRAD             1          0: fresh views on grad-path 
 WARPSPHCORE_NULL_FILL                    zeros      sentinel: NaN/-1 in absent fields
 WARPSPHCORE_DISABLE_REVERSE_KERNELS      0          1: every backward on Warp's tape
 WARPSPHCORE_COMPILE_NOTICE               1          0: no compile notices
+WARPSPHCORE_CALL_PLANS                   1          0: no call plans (every call full path)
 =======================================  =========  ==========================================
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["gate", "refreshGates", "GATES"]
+__all__ = ["gate", "refreshGates", "gatesGeneration", "GATES"]
 
 #: name -> default value
 GATES = {
@@ -32,16 +33,25 @@ GATES = {
     "WARPSPHCORE_NULL_FILL": "zeros",
     "WARPSPHCORE_DISABLE_REVERSE_KERNELS": "0",
     "WARPSPHCORE_COMPILE_NOTICE": "1",
+    "WARPSPHCORE_CALL_PLANS": "1",
 }
 
 _VALUES: dict[str, str] = {}
+_GENERATION = [0]
 
 
 def refreshGates() -> None:
-    """Re-read every gate from the environment."""
+    """Re-read every gate from the environment (and start a new generation: call plans
+    recorded under the previous values are not replayed)."""
+    _GENERATION[0] += 1
     _VALUES.clear()
     for name, default in GATES.items():
         _VALUES[name] = os.environ.get(name, default)
+
+
+def gatesGeneration() -> int:
+    """How many times the gates have been read (part of every call plan's key)."""
+    return _GENERATION[0]
 
 
 def gate(name: str) -> str:

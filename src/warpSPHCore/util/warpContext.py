@@ -17,6 +17,7 @@ import torch
 import warp as wp
 
 from .compileNotice import announceCompile, moduleLabel
+from .launchCapture import noteForeignLaunch
 
 __all__ = ["ensureWarp", "warpDevice", "warpStream", "launch", "concreteKernel"]
 
@@ -185,6 +186,7 @@ def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
     outputs = outputs or []
     if not record_tape:
         kernel = concreteKernel(kernel, args=list(inputs) + list(outputs))
+    noteForeignLaunch()
     announceCompile(kernel, wdev)
     wp.launch(
         kernel,
