@@ -61,9 +61,8 @@ from ..kernels.support import (
     sphKernelGradient_ij,
 )
 from ..neighborhood.traversal import gridQueryCell
-from ..operators._coefficients import apparentVolume_j
+from ..operators._coefficients import apparentVolume_j, apparentVolumeJVP_j
 from ..operators._tangents import (
-    apparentVolumeJVP_j,
     kernelGradientJVP_ij,
     kernelJVP_ij,
     pairTangent_ij,

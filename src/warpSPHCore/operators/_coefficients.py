@@ -1,12 +1,31 @@
-"""Pair coefficients of the value operators (`operators.md` §2.3-2.6, §4.2) — one definition
-for Gradient, Divergence, Curl and (the field reads of) the Laplacian.
+"""Scheme coefficients of the value operators (`operators.md` §2.3-2.6, §4.1-4.2) — value,
+forward-mode tangent (JVP) and reverse-mode adjoint (VJP) of each, side by side, one
+definition for every primal, JVP and reverse kernel (STYLE.md §1).
 
-`fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)` reads (f_i[a], f_j[a]); under
-grad-h f_j is divided by Omega_j, and f_i by Omega_i when `divideQuery` (Divergence, Curl,
-Laplacian: both; Gradient: f_j only).
+================  =========================  ============================  ====================
+coefficient       value                      JVP (forward mode)            VJP (reverse kernel)
+================  =========================  ============================  ====================
+V_j               `apparentVolume_j`         `apparentVolumeJVP_j`         `apparentVolumeVJP_j`
+V_j consistent    `consistentVolume_j`       none (outside the JVP scope)  none (tape)
+c_ij (gradient    `fieldCoefficient_ij`      `fieldCoefficientJVP_ij`      `fieldCoefficientVJP_ij`
+schemes)                                                                   `gradientPairVJP_ij`
+s_ij (Laplacian   `laplacianScale_ij`        `laplacianScaleJVP_ij`        none (tape)
+scheme scale)
+q_ij (Laplacian)  `laplacianDifference_ij`   `laplacianDifferenceJVP_ij`   none (tape)
+================  =========================  ============================  ====================
 
-`fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, values, consistent, divideQuery)` is the
-component `a` of c_ij under the call's gradient scheme:
+Users: Gradient, Divergence, Curl (c_ij), Laplacian (q_ij), Interpolate, Covariance and the
+CRK builders (V_j); the reverse adjoints serve the Gradient's hand-written reverse kernel
+(`gradient.gradientVJPKernel`, `_specialized`), every other reverse pass is Warp's generated
+adjoint of the value functions.
+
+* `fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)` reads (f_i[a], f_j[a]) from
+  ``values = [query N_q F | reference N_r F]``; under grad-h f_j is divided by Omega_j, and
+  f_i by Omega_i when `divideQuery` (Divergence, Curl, Laplacian: both; Gradient: f_j only).
+* V_j = referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities); with
+  `consistent` (Divergence's ``consistentDivergence``) V_j = referenceVolumes[j] rho_j / rho_i
+  with volumes, else m_j / rho_i.
+* c_ij[a] under the call's gradient scheme (``ks.gradientMode``):
 
   ============== =========================================================
   Naive (1)      f_j V_j
@@ -15,13 +34,23 @@ component `a` of c_ij under the call's gradient scheme:
   Summation (4)  (f_j + f_i) V_j
   ============== =========================================================
 
-V_j = referenceVolumes[j] with volumes, else m_j / rho_j; with `consistent`
-(Divergence's ``consistentDivergence``) V_j = referenceVolumes[j] rho_j / rho_i with volumes,
-else m_j / rho_i. Values: ``[query N_q F | reference N_r F]``.
+* Laplacian: q_ij[k] = (f_j - f_i) s_ij with f / Omega on both sides under grad-h and the
+  scheme scale s_ij = m_j rho_i / rho_j^2 (Symmetric; no volumes), else V_j.
 
-`fieldCoefficientVJP_ij` and `apparentVolumeVJP_j` scatter the adjoint of the Gradient's c_ij
-(and V_j) into a reverse pack, for the hand-written reverse kernel (`autograd.reverse`). Every array read sits in an
-explicit if/else (W1); densities are read only behind their presence flags (W61).
+Derivatives. The JVPs take the tangent pack ``t`` (`arg_extract.structFor("tangent", d, s)`)
+and return (value, tangent) (the V_j and s_ij JVPs the tangent only): the exact derivative
+w.r.t. masses, densities and reference volumes with the values frozen (``t.values``), plus the
+value tangent's coefficient ``c(tValues)`` (c and q are linear in f); Omega has no tangent.
+The VJPs scatter an adjoint into the reverse pack ``p``
+(`arg_extract.structFor("cotangent", d, s)`) with `wp.atomic_add`, each input behind its
+presence flag; `fieldCoefficientVJP_ij` is the adjoint of `fieldCoefficientJVP_ij` for the
+Gradient's coefficient (``consistent=False``, ``divideQuery=False``, no grad-h: the reverse
+kernel's scope). tests/operations/test_pair_coefficients.py checks each JVP against central
+differences of its value function and each JVP/VJP pair by the adjoint identity
+<u, J v> = <J^T u, v>.
+
+Every array read sits in an explicit if/else (W1); densities are read only behind their
+presence flags (W61).
 """
 
 from __future__ import annotations
@@ -32,8 +61,15 @@ import warp as wp
 
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
-__all__ = ["apparentVolume_j", "consistentVolume_j", "fieldValues_ij", "fieldCoefficient_ij",
-           "apparentVolumeVJP_j", "fieldCoefficientVJP_ij", "gradientPairVJP_ij"]
+__all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
+           "consistentVolume_j", "fieldValues_ij",
+           "fieldCoefficient_ij", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
+           "gradientPairVJP_ij",
+           "laplacianScale_ij", "laplacianScaleJVP_ij",
+           "laplacianDifference_ij", "laplacianDifferenceJVP_ij"]
+
+
+# --- V_j: the apparent volume ------------------------------------------------------------------
 
 
 @wp.func
@@ -52,9 +88,42 @@ def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
 
 
 @wp.func
+def apparentVolumeJVP_j(r: Any, corr: Any, t: Any, j: wp.int32):
+    """dV_j: the reference-volume tangent with volumes, else d(m_j / rho_j)
+    = dm_j / rho_j - m_j drho_j / rho_j^2 (0 without densities)."""
+    dV = type(r.masses[j])(0.0)
+    if corr.useVolume:
+        if t.hasRVolumes:
+            dV = t.rVolumes[j]
+    elif r.hasDensities:
+        rho_j = r.densities[j]
+        if t.hasRMasses:
+            dV = dV + t.rMasses[j] / rho_j
+        if t.hasRDensities:
+            dV = dV - r.masses[j] * t.rDensities[j] / (rho_j * rho_j)
+    return dV
+
+
+@wp.func
+def apparentVolumeVJP_j(r: Any, corr: Any, j: wp.int32, adj_V: Any, p: Any):
+    """Scatter the adjoint `adj_V` of `apparentVolume_j` into the reverse pack `p`:
+    referenceVolumes[j] with volumes, else m_j (1 / rho_j) and rho_j (-m_j / rho_j^2)."""
+    if corr.useVolume:
+        if p.hasRVolumes:
+            wp.atomic_add(p.rVolumes, j, adj_V)
+    elif r.hasDensities:
+        rho_j = r.densities[j]
+        if p.hasRMasses:
+            wp.atomic_add(p.rMasses, j, adj_V / rho_j)
+        if p.hasRDensities:
+            wp.atomic_sub(p.rDensities, j, adj_V * r.masses[j] / (rho_j * rho_j))
+
+
+@wp.func
 def consistentVolume_j(q: Any, r: Any, corr: Any, i: wp.int32, j: wp.int32):
     """referenceVolumes[j] rho_j / rho_i with volumes, else m_j / rho_i (0 without the
-    densities the formula reads)."""
+    densities the formula reads). No JVP (the forward-mode scope rejects
+    ``consistentDivergence``) and no VJP (the Divergence's reverse pass is the tape's)."""
     useVolume, vol = getVolume_j(corr, j)
     V_j = type(vol)(0.0)
     if q.hasDensities:
@@ -65,6 +134,9 @@ def consistentVolume_j(q: Any, r: Any, corr: Any, i: wp.int32, j: wp.int32):
         else:
             V_j = r.masses[j] / rho_i
     return V_j
+
+
+# --- field values ------------------------------------------------------------------------------
 
 
 @wp.func
@@ -84,12 +156,15 @@ def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, c
     return f_i, f_j
 
 
+# --- c_ij: the gradient schemes' coefficient (Gradient, Divergence, Curl) ---------------------
+
+
 @wp.func
 def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
                         corr: Any, ks: Any, values: Any, consistent: wp.bool,
                         divideQuery: wp.bool):
-    """c_ij[a] of the call's gradient scheme; f_j / Omega_j under grad-h, and f_i / Omega_i
-    when `divideQuery` (Divergence, Curl; not Gradient)."""
+    """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h, and
+    f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
     f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
     c = type(f_j)(0.0)
     scheme = ks.gradientMode
@@ -113,22 +188,45 @@ def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: A
     return c
 
 
-# --- reverse (hand-written reverse kernels, `autograd.reverse`) ------------------------------
-
-
 @wp.func
-def apparentVolumeVJP_j(r: Any, corr: Any, j: wp.int32, adj_V: Any, p: Any):
-    """Scatter the adjoint `adj_V` of `apparentVolume_j` into the reverse pack `p`:
-    referenceVolumes[j] with volumes, else m_j (1 / rho_j) and rho_j (-m_j / rho_j^2)."""
-    if corr.useVolume:
-        if p.hasRVolumes:
-            wp.atomic_add(p.rVolumes, j, adj_V)
-    elif r.hasDensities:
-        rho_j = r.densities[j]
-        if p.hasRMasses:
-            wp.atomic_add(p.rMasses, j, adj_V / rho_j)
-        if p.hasRDensities:
-            wp.atomic_sub(p.rDensities, j, adj_V * r.masses[j] / (rho_j * rho_j))
+def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, t: Any, divideQuery: wp.bool):
+    """(c_ij[a], dc_ij[a]) of the call's gradient scheme (non-consistent volumes) for the frozen
+    values ``t.values``: the geometry tangent (``f dV_j``, or the Symmetric rule
+    dm_j rho_i S + m_j drho_i S - 2 m_j f_i drho_i / rho_i^2 - 2 m_j rho_i f_j drho_j / rho_j^3
+    with S = f_i / rho_i^2 + f_j / rho_j^2) plus the value tangent's coefficient c(tValues)."""
+    c = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.values, False, divideQuery)
+    dc = type(c)(0.0)
+    if t.hasValueTangent:
+        dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, False, divideQuery)
+    if t.hasRMasses or t.hasQDensities or t.hasRDensities or t.hasRVolumes:
+        f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
+        scheme = ks.gradientMode
+        if scheme == 2:
+            if q.hasDensities and r.hasDensities:
+                rho_i = q.densities[i]
+                rho_j = r.densities[j]
+                m_j = r.masses[j]
+                S = f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j)
+                if t.hasRMasses:
+                    dc = dc + t.rMasses[j] * rho_i * S
+                if t.hasQDensities:
+                    drho_i = t.qDensities[i]
+                    dc = dc + m_j * drho_i * S - type(c)(2.0) * m_j * f_i * drho_i / (
+                        rho_i * rho_i)
+                if t.hasRDensities:
+                    drho_j = t.rDensities[j]
+                    dc = dc - type(c)(2.0) * m_j * rho_i * f_j * drho_j / (
+                        rho_j * rho_j * rho_j)
+        else:
+            dV = apparentVolumeJVP_j(r, corr, t, j)
+            if scheme == 3:
+                dc = dc + (f_j - f_i) * dV
+            elif scheme == 4:
+                dc = dc + (f_j + f_i) * dV
+            else:
+                dc = dc + f_j * dV
+    return c, dc
 
 
 @wp.func
@@ -195,3 +293,68 @@ def gradientPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     if p.hasRSupports:
         wp.atomic_add(p.rSupports, j, c * gh_j)
     return res
+
+
+# --- Laplacian: the scheme scale s_ij and the pair difference q_ij = (f_j - f_i) s_ij ------------
+
+
+@wp.func
+def laplacianScale_ij(i: wp.int32, j: wp.int32, q: Any, r: Any, corr: Any, ks: Any):
+    """s_ij: m_j rho_i / rho_j^2 under the Symmetric scheme (volumes ignored; 0 without
+    densities), else V_j (`apparentVolume_j`)."""
+    scale = r.masses.dtype(0.0)
+    if ks.gradientMode == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_j = r.densities[j]
+            scale = r.masses[j] * q.densities[i] / (rho_j * rho_j)
+    else:
+        scale = apparentVolume_j(r, corr, j)
+    return scale
+
+
+@wp.func
+def laplacianScaleJVP_ij(i: wp.int32, j: wp.int32, q: Any, r: Any, corr: Any, ks: Any, t: Any):
+    """ds_ij: Symmetric dm_j rho_i / rho_j^2 + m_j drho_i / rho_j^2 - 2 m_j rho_i drho_j /
+    rho_j^3, else dV_j (`apparentVolumeJVP_j`)."""
+    dscale = r.masses.dtype(0.0)
+    if ks.gradientMode == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_i = q.densities[i]
+            rho_j = r.densities[j]
+            m_j = r.masses[j]
+            rho_j2 = rho_j * rho_j
+            if t.hasRMasses:
+                dscale = dscale + t.rMasses[j] * rho_i / rho_j2
+            if t.hasQDensities:
+                dscale = dscale + m_j * t.qDensities[i] / rho_j2
+            if t.hasRDensities:
+                dscale = dscale - r.masses.dtype(2.0) * m_j * rho_i * t.rDensities[j] / (
+                    rho_j2 * rho_j)
+    else:
+        dscale = apparentVolumeJVP_j(r, corr, t, j)
+    return dscale
+
+
+@wp.func
+def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, values: Any):
+    """q_ij[k] = (f_j - f_i) s_ij (`laplacianScale_ij`); f / Omega on both sides under
+    grad-h. values = [query N_q F | reference N_r F]."""
+    f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, values, True)
+    return (f_j - f_i) * laplacianScale_ij(i, j, q, r, corr, ks)
+
+
+@wp.func
+def laplacianDifferenceJVP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                              r: Any, corr: Any, ks: Any, t: Any):
+    """(q_ij[k], dq_ij[k]) for the frozen values ``t.values``: dq = (f_j - f_i) ds_ij
+    (`laplacianScaleJVP_ij`) plus the value tangent's q_ij(tValues) (q is linear in f). Omega
+    has no tangent (grad-h: f / Omega on both sides, as in the value)."""
+    q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.values)
+    dq = type(q_k)(0.0)
+    if t.hasGeometry:
+        f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, t.values, True)
+        dq = (f_j - f_i) * laplacianScaleJVP_ij(i, j, q, r, corr, ks, t)
+    if t.hasValueTangent:
+        dq = dq + laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.tValues)
+    return q_k, dq

@@ -7,16 +7,15 @@ gated by its presence flag.
 
 * `pairTangent_ij(t, i, j, x_ij, h_i)` -> ``(dx_ij, dh_i, dh_j)``: ``dx_i - dx_j`` (the
   periodic wrap is not differentiated) and the support tangents (0 where absent).
-* `apparentVolumeJVP_j(r, corr, t, j)` -> ``dV_j``: ``tangentReferenceVolumes_j`` with
-  volumes, else ``dm_j / rho_j - m_j drho_j / rho_j^2``.
 * `correctedKernelJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)` ->
   ``(W^R, dW^R)`` with ``dW^R = dA (1 + B.x) W + A (dB.x + B.dx) W + A (1 + B.x) dW``.
 * `correctedGradientJVP_ij(...)` -> ``(G, dG)``: the product rule on the four CRK terms
   (`operators.md` §4.3, ``(d grad B) x + grad B dx`` for the last), then
   ``d(L G) = dL G + L dG``.
-* `fieldCoefficientJVP_ij(i, j, a, F, q, r, corr, ks, t)` -> ``(c, dc)``: the gradient
-  scheme's coefficient of the frozen values and its tangent — geometry part (``f dV_j``, or
-  the Symmetric rule of §9.5) plus the value tangent ``c(tValues)`` (c is linear in f).
+
+The scheme coefficients' tangents (dV_j, dc_ij, the Laplacian's ds_ij and dq_ij) live beside
+their values and adjoints in `_coefficients` (`apparentVolumeJVP_j`, `fieldCoefficientJVP_ij`,
+`laplacianScaleJVP_ij`, `laplacianDifferenceJVP_ij`).
 """
 
 from __future__ import annotations
@@ -33,12 +32,11 @@ from ..kernels.support import (
     sphKernelJVP_ij,
     sphKernelJVPPositions_ij,
 )
-from ._coefficients import fieldCoefficient_ij, fieldValues_ij
 from .corrected import crkGradient
 
 __all__ = ["pairTangent_ij", "supportTangentPresent", "coefficientTangentPresent",
-           "kernelJVP_ij", "kernelGradientJVP_ij", "apparentVolumeJVP_j",
-           "correctedKernelJVP_ij", "correctedGradientJVP_ij", "fieldCoefficientJVP_ij"]
+           "kernelJVP_ij", "kernelGradientJVP_ij", "correctedKernelJVP_ij",
+           "correctedGradientJVP_ij"]
 
 
 @wp.func
@@ -101,22 +99,6 @@ def kernelGradientJVP_ij(x_ij: Any, h_i: Any, h_j: Any, dx: Any, dh_i: Any, dh_j
         res = sphKernelGradientJVPPositions_ij(x_ij, h_i, h_j, dx, ks.supportMode,
                                                ks.kernelFunction, dom.dim)
     return res
-
-
-@wp.func
-def apparentVolumeJVP_j(r: Any, corr: Any, t: Any, j: wp.int32):
-    """dV_j: the reference-volume tangent with volumes, else d(m_j / rho_j)."""
-    dV = type(r.masses[j])(0.0)
-    if corr.useVolume:
-        if t.hasRVolumes:
-            dV = t.rVolumes[j]
-    elif r.hasDensities:
-        rho_j = r.densities[j]
-        if t.hasRMasses:
-            dV = dV + t.rMasses[j] / rho_j
-        if t.hasRDensities:
-            dV = dV - r.masses[j] * t.rDensities[j] / (rho_j * rho_j)
-    return dV
 
 
 @wp.func
@@ -186,43 +168,3 @@ def correctedGradientJVP_ij(corr: Any, ks: Any, dom: Any, t: Any, i: wp.int32, x
         G = wp.mul(L, G)
         dG = LdG
     return G, dG
-
-
-@wp.func
-def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
-                           corr: Any, ks: Any, t: Any, divideQuery: wp.bool):
-    """(c_ij[a], dc_ij[a]) of the call's gradient scheme (non-consistent volumes): the frozen
-    values' coefficient, its geometry tangent and the value tangent's coefficient."""
-    c = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.values, False, divideQuery)
-    dc = type(c)(0.0)
-    if t.hasValueTangent:
-        dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, False, divideQuery)
-    if t.hasRMasses or t.hasQDensities or t.hasRDensities or t.hasRVolumes:
-        f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
-        scheme = ks.gradientMode
-        if scheme == 2:
-            if q.hasDensities and r.hasDensities:
-                rho_i = q.densities[i]
-                rho_j = r.densities[j]
-                m_j = r.masses[j]
-                S = f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j)
-                if t.hasRMasses:
-                    dc = dc + t.rMasses[j] * rho_i * S
-                if t.hasQDensities:
-                    drho_i = t.qDensities[i]
-                    dc = dc + m_j * drho_i * S - type(c)(2.0) * m_j * f_i * drho_i / (
-                        rho_i * rho_i)
-                if t.hasRDensities:
-                    drho_j = t.rDensities[j]
-                    dc = dc - type(c)(2.0) * m_j * rho_i * f_j * drho_j / (
-                        rho_j * rho_j * rho_j)
-        else:
-            dV = apparentVolumeJVP_j(r, corr, t, j)
-            if scheme == 3:
-                dc = dc + (f_j - f_i) * dV
-            elif scheme == 4:
-                dc = dc + (f_j + f_i) * dV
-            else:
-                dc = dc + f_j * dV
-    return c, dc
-

@@ -25,7 +25,7 @@ calibration as the primal, with the product-rule pair term
     d(G[a1] c[a2 P + s] - G[a2] c[a1 P + s])
         = dG[a1] c2 + G[a1] dc2 - dG[a2] c1 - G[a2] dc1
 
-(`_tangents.correctedGradientJVP_ij`; `_tangents.fieldCoefficientJVP_ij` with f_i and f_j
+(`_tangents.correctedGradientJVP_ij`; `_coefficients.fieldCoefficientJVP_ij` with f_i and f_j
 both divided, the value tangent fused). The scope (`operationsJVP.checkJVPScope`) is 2D only
 (and no grad-h); the kernel is the same generic formula for every d (1D: exactly 0, like the
 primal; 3D: the same index map as the primal). Itself reverse-differentiable.
@@ -42,13 +42,8 @@ from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij
-from ._tangents import (
-    coefficientTangentPresent,
-    correctedGradientJVP_ij,
-    fieldCoefficientJVP_ij,
-    pairTangent_ij,
-)
+from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij
+from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 

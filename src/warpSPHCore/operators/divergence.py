@@ -27,7 +27,7 @@ calibration as the primal, with the pair term
     d(sum_delta c_ij[idx(delta, p)] G_ij[delta])
         = sum_delta (dc_ij[idx] G_ij[delta] + c_ij[idx] dG_ij[delta])
 
-(`_tangents.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
+(`_coefficients.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
 value tangent fused; `_tangents.correctedGradientJVP_ij`). Non-consistent volumes only: the
 scope check (`operationsJVP.checkJVPScope`) rejects ``consistentDivergence`` (and dot mode,
 although the index map `_contractedIndex` is mirrored, so the kernel itself is exact there
@@ -45,13 +45,8 @@ from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij
-from ._tangents import (
-    coefficientTangentPresent,
-    correctedGradientJVP_ij,
-    fieldCoefficientJVP_ij,
-    pairTangent_ij,
-)
+from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij
+from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 

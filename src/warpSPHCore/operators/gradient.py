@@ -39,7 +39,7 @@ Forward mode (`autodiff.md` §9.1, §9.5): value tangents alone are Tier 1 (this
 tangent values, grad-h included). Geometry tangents: `gradientJVPKernel`, with the primal's
 thread layout (thread (i, a), ``out[i F d + a d + delta]``) and
 ``d out_i[a] = N sum_j (dc_ij[a] G_ij + c_ij[a] dG_ij)`` (`gradientJVPPairTerm`): ``(c, dc)``
-from `_tangents.fieldCoefficientJVP_ij` (the value tangent fused into dc), ``(G, dG)`` from
+from `_coefficients.fieldCoefficientJVP_ij` (the value tangent fused into dc), ``(G, dG)`` from
 `_tangents.correctedGradientJVP_ij` (positions, supports, CRK and renormalization
 tangents); same kinds masking, traversal and calibration as the primal; itself
 reverse-differentiable (reverse over forward). Geometry tangents with grad-h are rejected by
@@ -59,14 +59,9 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij, gradientPairVJP_ij
+from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij, gradientPairVJP_ij
 from ._specialized import gradientSpecialized, gradientVJPSpecialized
-from ._tangents import (
-    coefficientTangentPresent,
-    correctedGradientJVP_ij,
-    fieldCoefficientJVP_ij,
-    pairTangent_ij,
-)
+from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 

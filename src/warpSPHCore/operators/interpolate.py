@@ -34,8 +34,8 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import apparentVolume_j
-from ._tangents import apparentVolumeJVP_j, correctedKernelJVP_ij, pairTangent_ij
+from ._coefficients import apparentVolume_j, apparentVolumeJVP_j
+from ._tangents import correctedKernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
 

@@ -10,6 +10,8 @@
   ================================ ==================================================
 
   V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
+  q_ij, its scale and their tangents: `_coefficients.laplacianDifference_ij`,
+  `laplacianScale_ij` (beside the gradient schemes' c_ij).
 * Geometry: h_ij = pairwise support (max for schemes 14, 15, 16), r = |x_ij|,
   n_ij = x_ij / (r + 1e-8 h_ij), G_ij = the corrected kernel gradient
   (`corrected.correctedGradient_ij`: grad W, CRK, then L_i G).
@@ -48,7 +50,7 @@ Forward mode (`autodiff.md` §9.5): `laplacianJVPKernel`, the exact derivative o
 the values frozen (the pack's ``values``) and the neighbour structure fixed:
 
 * dq_ij = (f_j - f_i) dV_j, Symmetric (f_j - f_i) d(m_j rho_i / rho_j^2)
-  (`laplacianDifferenceJVP_ij`), plus the value tangent q_ij(tValues) fused into the loop;
+  (`_coefficients.laplacianDifferenceJVP_ij`), plus the value tangent q_ij(tValues) fused into the loop;
 * Naive: dq lap W + q d(lap W) (`support.sphKernelLaplacianJVP_ij`, the helper support rule);
 * Brookshaw/Default/Dot: n_ij, r and the regularised denominators differentiated literally,
   dr = x.dx / r, dD = dr + 1e-8 dh_ij (Default's second denominator: 1e-12 dh_ij),
@@ -83,34 +85,18 @@ from ..kernels.support import (
 )
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import apparentVolume_j, fieldValues_ij
-from ._tangents import apparentVolumeJVP_j, correctedGradientJVP_ij, pairTangent_ij
+from ._coefficients import laplacianDifference_ij, laplacianDifferenceJVP_ij
+from ._tangents import correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
-__all__ = ["laplacianDifference_ij", "laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC",
-           "laplacianDifferenceJVP_ij", "laplacianJVPPairTerm", "laplacianJVPKernel"]
+__all__ = ["laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC", "laplacianJVPPairTerm",
+           "laplacianJVPKernel"]
 
 # Fixed regularisers of the geometric factor for both precisions (`operators.md` §2.6);
 # converted to the call's scalar type at use (W6).
 _REG_N = 1.0e-8
 _REG_DEFAULT = 1.0e-12
-
-
-@wp.func
-def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
-                           corr: Any, ks: Any, values: Any):
-    """q_ij[k]: (f_j - f_i) V_j, or (f_j - f_i) m_j rho_i / rho_j^2 (Symmetric); f / Omega
-    on both sides under grad-h. values = [query N_q F | reference N_r F]."""
-    f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, values, True)
-    scale = type(f_j)(0.0)
-    if ks.gradientMode == 2:
-        if q.hasDensities and r.hasDensities:
-            rho_j = r.densities[j]
-            scale = r.masses[j] * q.densities[i] / (rho_j * rho_j)
-    else:
-        scale = apparentVolume_j(r, corr, j)
-    return (f_j - f_i) * scale
 
 
 @wp.func
@@ -201,39 +187,6 @@ declareStateOverloads(laplacianKernel, {"values": "scalar", "out": "scalar"})
 
 
 # --- forward mode (Tier 2) ----------------------------------------------------------------
-
-
-@wp.func
-def laplacianDifferenceJVP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
-                              r: Any, corr: Any, ks: Any, t: Any):
-    """(q_ij[k], dq_ij[k]) of `laplacianDifference_ij` for the frozen values ``t.values``:
-    dq = (f_j - f_i) dV_j, Symmetric (f_j - f_i) [dm_j rho_i / rho_j^2 + m_j drho_i / rho_j^2
-    - 2 m_j rho_i drho_j / rho_j^3], plus the value tangent's q_ij(tValues) (q is linear in
-    f). Omega has no tangent (grad-h: f / Omega on both sides, as in the primal)."""
-    q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.values)
-    dq = type(q_k)(0.0)
-    if t.hasGeometry:
-        f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, t.values, True)
-        dscale = type(q_k)(0.0)
-        if ks.gradientMode == 2:
-            if q.hasDensities and r.hasDensities:
-                rho_i = q.densities[i]
-                rho_j = r.densities[j]
-                m_j = r.masses[j]
-                rho_j2 = rho_j * rho_j
-                if t.hasRMasses:
-                    dscale = dscale + t.rMasses[j] * rho_i / rho_j2
-                if t.hasQDensities:
-                    dscale = dscale + m_j * t.qDensities[i] / rho_j2
-                if t.hasRDensities:
-                    dscale = dscale - type(q_k)(2.0) * m_j * rho_i * t.rDensities[j] / (
-                        rho_j2 * rho_j)
-        else:
-            dscale = apparentVolumeJVP_j(r, corr, t, j)
-        dq = (f_j - f_i) * dscale
-    if t.hasValueTangent:
-        dq = dq + laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.tValues)
-    return q_k, dq
 
 
 @wp.func
