@@ -1,18 +1,46 @@
 """Operator kernels and their declarations (one module per operator: pair term, kernel, spec).
 
-`OPERATORS` is the registry table iterated by dispatch, tests and docs: per `WarpOperation`,
-the `OperatorSpec`, the dimensions and scalar types it is compiled for, the corrections it
-applies (`operators.md` §5) and a one-line formula. Operators not listed are not implemented
-yet.
+`OPERATORS` is the registry: per `WarpOperation`, one `OperatorEntry` declaring everything a
+call of the operator needs besides its kernel: the `OperatorSpec`, the formula, the
+dimensions and scalar types, the output-shape rule (`operators.md` §3), the value inputs,
+the options that select its schemes, the corrections it applies and those it accepts and
+ignores (`operators.md` §5), and its forward-mode scope (`autodiff.md` §9.4). It is the one
+place these facts are stated: call preparation (`preparation`), the forward-mode scope
+(`operationsJVP`), the test matrix (`tests/operations/test_registry_matrix.py`) and the doc
+tables (`scripts/docs/registry_tables.py`) read it. Operators not listed are not
+implemented.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..enumTypes import WarpOperation
+from ..enumTypes import GradientScheme, LaplacianScheme, WarpOperation
+from ._declarations import (
+    CORRECTION_LABELS,
+    CORRECTIONS,
+    GEOMETRY_TANGENTS,
+    CorrectionUse,
+    CorrectionUses,
+    Ignored,
+    JVPScope,
+    Option,
+    RejectedOption,
+    ValueInputs,
+    matches,
+)
+from ._shapes import (
+    curlShape,
+    divergenceShape,
+    gradientShape,
+    laplacianShape,
+    matrixShape,
+    noFieldShape,
+    sameShape,
+)
 from .covariance import COVARIANCE_SPEC
 from .curl import CURL_SPEC
 from .density import DENSITY_SPEC
@@ -21,50 +49,165 @@ from .gradient import GRADIENT_SPEC
 from .interpolate import INTERPOLATE_SPEC
 from .laplacian import LAPLACIAN_SPEC
 
-__all__ = ["OperatorEntry", "OPERATORS", "operatorEntry"]
+__all__ = ["OperatorEntry", "OPERATORS", "operatorEntry", "CORRECTIONS", "CORRECTION_LABELS",
+           "GEOMETRY_TANGENTS", "CorrectionUse", "CorrectionUses", "Ignored", "JVPScope",
+           "Option", "RejectedOption", "ValueInputs", "matches"]
 
 
 @dataclass(frozen=True)
 class OperatorEntry:
-    """One row of the operator registry."""
+    """One row of the operator registry.
+
+    Args:
+        operation: the `WarpOperation`.
+        spec: its `OperatorSpec` (kernel, outputs, extras, `JVPSpec`).
+        formula: the discrete formula, as the docs print it.
+        output: the output shape in words, as the docs print it.
+        outputShape: ``(S, d, properties) -> shape``: the output's shape after the particle
+            axis for the field shape S (None without a value input), or the `ValueError` of
+            a field shape the operator does not define (`operators._shapes`).
+        values: the `ValueInputs` it reads.
+        readsDensities: V_j = m_j / rho_j needs the reference densities unless
+            ``referenceVolumes`` is given (with a ``gradientMode`` option, Symmetric needs
+            both sets' densities; with ``consistentDivergence``, the query densities).
+        correctedGradient: it reads the corrected kernel gradient G_ij, so a CRK state
+            needs gradA and gradB.
+        corrections: the acceptance row (`CorrectionUses`).
+        options: the `Option`s that select its schemes.
+        jvp: its forward-mode `JVPScope`.
+        dims: the dimensions it is compiled for.
+        dtypes: the scalar types it is compiled for.
+    """
 
     operation: WarpOperation
     spec: object
     formula: str
+    output: str
+    outputShape: Callable
+    jvp: JVPScope
+    values: ValueInputs = ValueInputs.NONE
+    readsDensities: bool = True
+    correctedGradient: bool = False
+    corrections: CorrectionUses = CorrectionUses()
+    options: tuple = ()
     dims: tuple = (1, 2, 3)
     dtypes: tuple = (torch.float32, torch.float64)
-    volumes: bool = False
-    crk: bool = False
-    gradH: bool = False
-    renormalization: bool = False
-    needsValues: bool = False
 
+    def option(self, name: str):
+        """The `Option` called ``name``, or None when the operator has no such option."""
+        return next((o for o in self.options if o.name == name), None)
+
+    def applied(self, properties) -> tuple:
+        """The correction states a call with these properties applies."""
+        return tuple(n for n, use in self.corrections.items() if use.appliedFor(properties))
+
+    def ignored(self, properties) -> tuple:
+        """The correction states a call with these properties accepts and does not apply."""
+        return tuple(n for n, use in self.corrections.items() if not use.appliedFor(properties))
+
+    def dropped(self, properties) -> tuple:
+        """The states these properties make ignored and that the call drops before the launch
+        (the Naive Laplacian's CRK and renormalization)."""
+        return tuple(n for n, use in self.corrections.items()
+                     if use.ignoredWith is not None and use.ignoredWith.dropped
+                     and use.ignoredWith.holds(properties))
+
+    # the flags of the first registry (kept for readers of the old fields)
+    @property
+    def volumes(self) -> bool:
+        return self.corrections.volumes.applied
+
+    @property
+    def crk(self) -> bool:
+        return self.corrections.crk.applied
+
+    @property
+    def gradH(self) -> bool:
+        return self.corrections.gradH.applied
+
+    @property
+    def renormalization(self) -> bool:
+        return self.corrections.renorm.applied
+
+    @property
+    def needsValues(self) -> bool:
+        return self.values is not ValueInputs.NONE
+
+
+_APPLIED = CorrectionUse()
+# Symmetric uses m_j rho_i (f_i / rho_i^2 + f_j / rho_j^2): no V_j, even with volumes
+_NOT_SYMMETRIC = CorrectionUse(ignoredWith=Ignored("gradientMode", GradientScheme.Symmetric,
+                                                   reason="uses masses and densities"))
+# the analytic kernel Laplacian is never CRK- or renormalization-corrected (operators.md §2.6)
+_NOT_NAIVE = CorrectionUse(ignoredWith=Ignored("laplacianMode", LaplacianScheme.Naive,
+                                               dropped=True,
+                                               reason="never reads the corrected gradient"))
+_BOTH_OMEGAS = CorrectionUse(note="f_i and f_j")
+
+_GRADIENT_MODE = Option("gradientMode", tuple(GradientScheme))
+_ALL_GEOMETRY = GEOMETRY_TANGENTS
+_CORRECTED_JVP = dict(valueTangents=True, geometry=_ALL_GEOMETRY,
+                      correctionTangents=("crk", "renorm"), rejectedStates=("gradH",))
 
 OPERATORS = {
     WarpOperation.Density: OperatorEntry(
-        WarpOperation.Density, DENSITY_SPEC, "rho_i = sum_j m_j W_ij"),
+        WarpOperation.Density, DENSITY_SPEC, "ρ_i = Σ_j m_j W_ij", "`[N_q]`", noFieldShape,
+        JVPScope(valueTangents=False,
+                 geometry=("positions", "supports", "reference masses")),
+        readsDensities=False),
     WarpOperation.Interpolate: OperatorEntry(
-        WarpOperation.Interpolate, INTERPOLATE_SPEC, "f_i = sum_j f_j V_j W^R_ij",
-        volumes=True, crk=True, needsValues=True),
+        WarpOperation.Interpolate, INTERPOLATE_SPEC, "f_i = Σ_j f_j V_j W^R_ij", "`[N_q, *S]`",
+        sameShape,
+        JVPScope(valueTangents=True, geometry=_ALL_GEOMETRY,
+                 rejectedStates=("crk", "renorm", "gradH")),
+        values=ValueInputs.REFERENCE,
+        corrections=CorrectionUses(volumes=_APPLIED, crk=CorrectionUse(note="A, B only"))),
     WarpOperation.Gradient: OperatorEntry(
-        WarpOperation.Gradient, GRADIENT_SPEC, "grad f_i = sum_j c_ij (x) G_ij (derivative last)",
-        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+        WarpOperation.Gradient, GRADIENT_SPEC, "out_i = Σ_j c_ij ⊗ G_ij",
+        "`[N_q, *S, d]` (derivative last)", gradientShape, JVPScope(**_CORRECTED_JVP),
+        values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
+        corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_APPLIED,
+                                   gradH=CorrectionUse(note="f_j only"), renorm=_APPLIED),
+        options=(_GRADIENT_MODE,)),
     WarpOperation.Divergence: OperatorEntry(
-        WarpOperation.Divergence, DIVERGENCE_SPEC,
-        "div f_i = sum_j sum_delta c_ij[delta, ...] G_ij[delta] (first or last field axis)",
-        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+        WarpOperation.Divergence, DIVERGENCE_SPEC, "out_i = Σ_j Σ_δ c_ij[δ, …] G_ij,δ",
+        "`[N_q, *S[1:]]` (dot mode `[N_q, *S[:-1]]`)", divergenceShape,
+        JVPScope(**_CORRECTED_JVP, rejectedOptions=(
+            RejectedOption("divergenceDotMode", True,
+                           "supports the default contraction only, not divergenceDotMode"),
+            RejectedOption("consistentDivergence", True,
+                           "does not support consistentDivergence"))),
+        values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
+        corrections=CorrectionUses(
+            volumes=CorrectionUse(note="+ consistent mode",
+                                  ignoredWith=_NOT_SYMMETRIC.ignoredWith),
+            crk=_APPLIED, gradH=_BOTH_OMEGAS, renorm=_APPLIED),
+        options=(_GRADIENT_MODE, Option("divergenceDotMode", (False, True)),
+                 Option("consistentDivergence", (False, True), keyword=True))),
     WarpOperation.Curl: OperatorEntry(
-        WarpOperation.Curl, CURL_SPEC,
-        "curl f_i = sum_j G_ij x c_ij (2D: G_x c_y - G_y c_x; 1D: 0)",
-        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+        WarpOperation.Curl, CURL_SPEC, "out_i = Σ_j G_ij × c_ij",
+        "3D `[N_q, *S]`; 2D `[N_q, *S[1:]]` (`[N_q, 1]` for a vector); 1D zeros `[N_q]`",
+        curlShape, JVPScope(**_CORRECTED_JVP, dims=(2,)),
+        values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
+        corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_APPLIED, gradH=_BOTH_OMEGAS,
+                                   renorm=_APPLIED),
+        options=(_GRADIENT_MODE,)),
     WarpOperation.Laplacian: OperatorEntry(
-        WarpOperation.Laplacian, LAPLACIAN_SPEC,
-        "lap f_i = sum_j q_ij (geometric factor of the Laplacian scheme)",
-        volumes=True, crk=True, gradH=True, renormalization=True, needsValues=True),
+        WarpOperation.Laplacian, LAPLACIAN_SPEC, "out_i = Σ_j (geometric factor) q_ij",
+        "`[N_q, *S]`", laplacianShape,
+        JVPScope(**_CORRECTED_JVP, valueSelection=("positiveDivergence", True)),
+        values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
+        corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_NOT_NAIVE, gradH=_BOTH_OMEGAS,
+                                   renorm=_NOT_NAIVE),
+        options=(Option("laplacianMode", tuple(LaplacianScheme)), _GRADIENT_MODE,
+                 Option("positiveDivergence", (False, True)))),
     WarpOperation.Covariance: OperatorEntry(
-        WarpOperation.Covariance, COVARIANCE_SPEC,
-        "C_i = sum_j V_j (x_j - x_i) (x) G_ij (+ int32 count of W^R_ij > 0)",
-        volumes=True, crk=True, renormalization=True),
+        WarpOperation.Covariance, COVARIANCE_SPEC, "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
+        "`[N_q, d, d]` (+ int32 count `[N_q]`)", matrixShape,
+        JVPScope(valueTangents=False, geometry=_ALL_GEOMETRY,
+                 rejectedStates=("crk", "renorm", "gradH")),
+        correctedGradient=True,
+        corrections=CorrectionUses(volumes=_APPLIED, crk=_APPLIED, renorm=_APPLIED)),
 }
 
 
