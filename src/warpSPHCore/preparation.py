@@ -22,12 +22,8 @@ from .autograd.operator_spec import Corrections, SPHContext, launchOperator
 from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
 from .dataTypes.corrections import asGradHState, asRenormalizationState
-from .enumTypes import (
-    GradientScheme,
-    LaplacianScheme,
-    WarpOperation,
-)
-from .operators import operatorEntry
+from .enumTypes import GradientScheme, WarpOperation
+from .operators import ValueInputs, operatorEntry
 from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
@@ -272,6 +268,7 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     if op == WarpOperation.Custom:
         raise ValueError(f"{_WHERE}: WarpOperation.Custom cannot be evaluated by warpOperation; "
                          "write a Warp kernel with the pair functions of warpSPHCore.kernels")
+    entry = operatorEntry(op)
     ctx = SPHContext(
         query=queryParticles,
         properties=dataclasses.replace(props, operation=op),
@@ -281,15 +278,38 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
         corrections=Corrections(volumes=(queryVolumes, referenceVolumes), crk=crkState,
                                 gradH=gradH, renorm=renorm),
     )
+    # the call's keyword options; only those the operator declares reach it
+    callKeywords = {"consistentDivergence": bool(consistentDivergence)}
+    keywords = {o.name: callKeywords[o.name] for o in entry.options if o.keyword}
 
-    if op == WarpOperation.Density:
-        return op, ctx, {}, _identity
-    if op == WarpOperation.Covariance:
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, None, renorm, nQ, nR, d, op)
-        return op, ctx, {}, _reshaper((nQ, d, d))
+    shape, available = None, {}
+    if entry.values is not ValueInputs.NONE:
+        shape, available = _valueExtras(op, entry, queryValues, referenceValues,
+                                        preScatteredQuantities, nQ, nR)
+    outShape = entry.outputShape(shape, d, props)
+    dropped = entry.dropped(props)
+    if dropped:
+        # accepted and not handed to the kernel (the Naive Laplacian's CRK and
+        # renormalization, operators.md §2.6): not validated either
+        ctx.corrections = dataclasses.replace(ctx.corrections, **dict.fromkeys(dropped))
+    applied = entry.applied(props)
+    states = {n: s for n, s in (("crk", crkState), ("gradH", gradH), ("renorm", renorm))
+              if n in applied and s is not None}
+    _checkCorrectionInputs(entry, props, (queryParticles, referenceParticles),
+                           referenceVolumes, states, (nQ, nR, d),
+                           consistent=keywords.get("consistentDivergence", False))
+    available.update(keywords)
+    extras = {e.name: available[e.name] for e in entry.spec.extras if e.name in available}
+    if entry.values is ValueInputs.NONE and outShape == ():
+        return op, ctx, extras, _identity  # the kernel's [N_q] output as it is
+    return op, ctx, extras, _reshaper((nQ,) + outShape)
 
-    # value operators
+
+def _valueExtras(op, entry, queryValues, referenceValues, preScatteredQuantities, nQ: int,
+                 nR: int):
+    """Validation of the value inputs the operator declares (`ValueInputs`) and their flat
+    extras. Returns ``(S, extras)``: the field shape and the values extras (the flat values,
+    ``fieldWidth``)."""
     if queryValues is None and referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs queryValues and/or referenceValues "
                          "(pre-scattered quantities are not supported)")
@@ -303,50 +323,16 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
                          f"different field shapes ({tuple(queryValues.shape)} vs "
                          f"{tuple(referenceValues.shape)}); accepted: [N_q, *S] and [N_r, *S] "
                          "with the same trailing shape S")
-    if op == WarpOperation.Interpolate:
+    if entry.values is ValueInputs.REFERENCE:
         if referenceValues is None:
-            raise ValueError(f"{_WHERE}: Interpolate needs referenceValues (or queryValues)")
-        if referenceVolumes is None and getattr(referenceParticles, "densities", None) is None:
-            raise ValueError(f"{_WHERE}: Interpolate without volumes uses V_j = m_j / rho_j and "
-                             "needs referenceParticles.densities (or pass referenceVolumes)")
+            raise ValueError(f"{_WHERE}: {op.name} needs referenceValues (or queryValues)")
         flat, shape, F = _flattenField(referenceValues)
-        return op, ctx, {"referenceValues": flat, "fieldWidth": F}, _reshaper((nQ,) + shape)
+        return shape, {"referenceValues": flat, "fieldWidth": F}
     if queryValues is None or referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
     qFlat, shape, F = _flattenField(queryValues)
     rFlat, _, _ = _flattenField(referenceValues)
-    values = torch.cat((qFlat, rFlat))
-    if op == WarpOperation.Gradient:
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return (op, ctx, {"values": values, "fieldWidth": F},
-                _reshaper((nQ,) + shape + (d,)))
-    if op == WarpOperation.Divergence:
-        outShape = _divergenceShape(shape, d, bool(props.divergenceDotMode))
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op,
-                             consistent=bool(consistentDivergence))
-        return (op, ctx, {"values": values, "fieldWidth": F,
-                          "consistentDivergence": bool(consistentDivergence)},
-                _reshaper((nQ,) + outShape))
-    if op == WarpOperation.Curl:
-        outShape = _curlShape(shape, d)
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + outShape)
-    if op == WarpOperation.Laplacian:
-        _laplacianShape(props, shape, d)
-        if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive:
-            # The analytic kernel Laplacian is never CRK- or renormalization-corrected
-            # (operators.md §2.6): the states are accepted and not handed to the kernel.
-            ctx.corrections = dataclasses.replace(ctx.corrections, crk=None, renorm=None)
-            crkState, renorm = None, None
-        _checkGradientInputs(props, queryParticles, referenceParticles, referenceVolumes,
-                             crkState, gradH, renorm, nQ, nR, d, op)
-        return op, ctx, {"values": values, "fieldWidth": F}, _reshaper((nQ,) + shape)
-    raise NotImplementedError(f"{_WHERE}: {op.name} is not implemented")  # pragma: no cover
-
-
+    return shape, {"values": torch.cat((qFlat, rFlat)), "fieldWidth": F}
 
 
 def _identity(raw):
@@ -359,81 +345,40 @@ def _reshaper(shape: tuple):
     return finalize
 
 
-def _shapeError(op: str, d: int, accepted: str, shape: tuple) -> ValueError:
-    found = f"[N, {', '.join(map(str, shape))}]" if shape else "a scalar [N]"
-    return ValueError(f"{_WHERE}: {op} of a field of shape {found} in {d}D is not defined; "
-                      f"accepted: {accepted}")
+def _checkCorrectionInputs(entry, props, particles: tuple, referenceVolumes, states: dict,
+                           sizes: tuple, consistent=False):
+    """Validation of what the operator's declaration says it reads (`operators.md` §2, §4):
+    the densities its apparent volumes and scheme need, a complete CRK state when it reads
+    the corrected gradient, and the Omega and L shapes of the states it applies.
 
-
-def _divergenceShape(shape: tuple, d: int, dotMode: bool) -> tuple:
-    """Output field shape of Divergence (`operators.md` §2.4, §3); ValueError otherwise."""
-    if d == 1 and shape in ((), (1,)):
-        return ()
-    scalar1D = " or a scalar [N]" if d == 1 else ""
-    if dotMode:
-        if shape and shape[-1] == d:
-            return shape[:-1]
-        raise _shapeError("Divergence (divergenceDotMode=True)", d,
-                          f"fields [N, ..., {d}] whose last axis has length d = {d}{scalar1D}",
-                          shape)
-    if shape and shape[0] == d:
-        return shape[1:]
-    raise _shapeError("Divergence", d,
-                      f"fields [N, {d}, ...] whose first axis has length d = {d}{scalar1D}",
-                      shape)
-
-
-def _curlShape(shape: tuple, d: int) -> tuple:
-    """Output field shape of Curl (`operators.md` §2.5, §3); ValueError otherwise."""
-    if d == 1:
-        if shape in ((), (1,)):
-            return ()
-        raise _shapeError("Curl", d, "[N] or [N, 1] (the 1D curl is zero)", shape)
-    if not shape or shape[0] != d:
-        raise _shapeError("Curl", d, f"fields [N, {d}, ...] whose first axis has length d = {d} "
-                          "(vector [N, d], matrix [N, d, d])", shape)
-    if d == 2:
-        return shape[1:] if len(shape) > 1 else (1,)
-    return shape
-
-
-def _laplacianShape(props, shape: tuple, d: int) -> None:
-    """Shape rules of the Laplacian (`operators.md` §2.6, §3); ValueError otherwise."""
-    F = math.prod(shape) if shape else 1
-    if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Dot and d > 1 and F % d != 0:
-        raise _shapeError("Laplacian (Dot)", d, f"fields whose flat width is a multiple of d = "
-                          f"{d} (the projection acts on consecutive d-blocks)", shape)
-    if props.positiveDivergence and F != d:
-        raise _shapeError("Laplacian (positiveDivergence=True)", d, f"vector fields [N, {d}]"
-                          + (" or a scalar [N]" if d == 1 else ""), shape)
-
-
-def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gradH, renorm,
-                         nQ, nR, d, op, consistent=False):
-    """Validation of the corrected-gradient operators (Gradient, Divergence, Curl, Laplacian,
-    Covariance; `operators.md` §2.3-2.7, §4): densities, complete CRK, Omega and L shapes."""
-    name = op.name
-    symmetric = (op != WarpOperation.Covariance
-                 and GradientScheme(props.gradientMode) == GradientScheme.Symmetric)
-    if symmetric:
-        for role, p in (("queryParticles", query), ("referenceParticles", reference)):
-            if getattr(p, "densities", None) is None:
-                raise ValueError(f"{_WHERE}: {name} (Symmetric) uses masses and densities "
-                                 f"(m_j rho_i / rho_j^2 ...) and needs {role}.densities (even "
-                                 "with volumes)")
-    elif consistent:
-        roles = (("queryParticles", query),)
-        if referenceVolumes is not None:
-            roles += (("referenceParticles", reference),)
-        for role, p in roles:
-            if getattr(p, "densities", None) is None:
-                raise ValueError(f"{_WHERE}: Divergence with consistentDivergence=True uses "
-                                 "V_j = referenceVolumes_j rho_j / rho_i (or m_j / rho_i) and "
-                                 f"needs {role}.densities")
-    elif referenceVolumes is None and getattr(reference, "densities", None) is None:
-        raise ValueError(f"{_WHERE}: {name} without volumes uses V_j = m_j / rho_j and needs "
-                         "referenceParticles.densities (or pass referenceVolumes)")
-    if crkState is not None:
+    ``particles``: (query, reference); ``states``: the applied correction states of the call
+    by name (``crk``, ``gradH``, ``renorm``); ``sizes``: (N_q, N_r, d)."""
+    query, reference = particles
+    nQ, nR, d = sizes
+    name = entry.operation.name
+    if entry.readsDensities:
+        gradientMode = entry.option("gradientMode")
+        if gradientMode is not None and GradientScheme(props.gradientMode) == \
+                GradientScheme.Symmetric:
+            for role, p in (("queryParticles", query), ("referenceParticles", reference)):
+                if getattr(p, "densities", None) is None:
+                    raise ValueError(f"{_WHERE}: {name} (Symmetric) uses masses and densities "
+                                     f"(m_j rho_i / rho_j^2 ...) and needs {role}.densities "
+                                     "(even with volumes)")
+        elif consistent:
+            roles = (("queryParticles", query),)
+            if referenceVolumes is not None:
+                roles += (("referenceParticles", reference),)
+            for role, p in roles:
+                if getattr(p, "densities", None) is None:
+                    raise ValueError(f"{_WHERE}: {name} with consistentDivergence=True uses "
+                                     "V_j = referenceVolumes_j rho_j / rho_i (or m_j / rho_i) "
+                                     f"and needs {role}.densities")
+        elif referenceVolumes is None and getattr(reference, "densities", None) is None:
+            raise ValueError(f"{_WHERE}: {name} without volumes uses V_j = m_j / rho_j and "
+                             "needs referenceParticles.densities (or pass referenceVolumes)")
+    crkState = states.get("crk")
+    if crkState is not None and entry.correctedGradient:
         gA, gB = getattr(crkState, "gradA", None), getattr(crkState, "gradB", None)
         if gA is None or gB is None:
             raise ValueError(f"{_WHERE}: {name} uses the corrected gradient and needs "
@@ -441,6 +386,7 @@ def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gr
         if tuple(gA.shape) != (nQ, d) or tuple(gB.shape) != (nQ, d, d):
             raise ValueError(f"{_WHERE}: crkState gradA/gradB have shapes {tuple(gA.shape)}/"
                              f"{tuple(gB.shape)}; accepted: [{nQ}, {d}] / [{nQ}, {d}, {d}]")
+    gradH = states.get("gradH")
     if gradH is not None:
         qO = gradH.queryOmegas
         rO = getattr(gradH, "referenceOmegas", None)
@@ -448,6 +394,7 @@ def _checkGradientInputs(props, query, reference, referenceVolumes, crkState, gr
         if tuple(qO.shape) != (nQ,) or tuple(rO.shape) != (nR,):
             raise ValueError(f"{_WHERE}: gradHState Omegas have shapes {tuple(qO.shape)}/"
                              f"{tuple(rO.shape)} (query/reference); accepted: [{nQ}] / [{nR}]")
+    renorm = states.get("renorm")
     if renorm is not None:
         L = renorm.renormalizationMatrices
         if tuple(L.shape) != (nQ, d, d):
