@@ -1,5 +1,6 @@
 """Forward mode of the operators: `warpOperationJVP` (`autodiff.md` §9.2), the scope matrix
-(§9.4), and the dual-tensor route's closure (§9.7). Re-exported by `operations`.
+(§9.4, read from the registry: `OperatorEntry.jvp` and the acceptance row), and the
+dual-tensor route's closure (§9.7). Re-exported by `operations`.
 
 One core, `jvpFromContext(op, ctx, extras, tangents)`, serves both routes: it works on the
 kernel-level representation of a prepared call (`preparation.prepareCall`: the `SPHContext`,
@@ -58,16 +59,20 @@ from .autograd.arg_extract import (
 from .autograd.jvpCommon import GeometryTangents, launchGeometryJVP
 from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOperator
 from .dataTypes.corrections import CRKTangentState
-from .enumTypes import LaplacianScheme, WarpOperation
-from .operators import operatorEntry
+from .enumTypes import WarpOperation
+from .operators import (
+    CORRECTION_LABELS,
+    GEOMETRY_TANGENTS,
+    ValueInputs,
+    matches,
+    operatorEntry,
+)
 from .preparation import _prepareCall, runOperation
 from .util.precision import warpScalar
 
 __all__ = ["warpOperationJVP", "jvpFromContext", "checkJVPScope", "dualRouteJVP"]
 
 _WHERE = "warpOperationJVP"
-_VALUE_OPS = (WarpOperation.Interpolate, WarpOperation.Gradient, WarpOperation.Divergence,
-              WarpOperation.Curl, WarpOperation.Laplacian)
 
 
 def _valueExtra(spec):
@@ -85,9 +90,55 @@ def _rawShape(spec, ctx, extras):
     return _resolveShape(spec.outputs[0].shape, ctx, extras)
 
 
+def _tangentList(channels, order, last: str = ", ") -> str:
+    """``channels`` in ``order``, comma-separated, ``last`` before the final one."""
+    names = [c for c in order if c in channels]
+    if len(names) < 2:
+        return ", ".join(names)
+    return ", ".join(names[:-1]) + last + names[-1]
+
+
+def _dimensions(dims) -> str:
+    return _tangentList([f"{k}D" for k in dims], [f"{k}D" for k in (1, 2, 3)], " and ")
+
+
+def _readsNoDensities(name: str, scope) -> NotImplementedError:
+    """A densities tangent for an operator that reads no densities (Density)."""
+    both = "positions" in scope.geometry and "supports" in scope.geometry
+    rest = [c for c in scope.geometry if not both or c not in ("positions", "supports")]
+    accepted = ", ".join((["positions and supports (both sets)"] if both else []) + rest)
+    return NotImplementedError(f"{name} reads no densities; accepted tangents: {accepted}")
+
+
+def _stateLabel(name: str) -> str:
+    return {"gradH": "grad-h (GradHState)", "crk": "CRK (CRKState)",
+            "renorm": "renormalization (RenormalizationState)"}[name]
+
+
+def _droppedStates(entry, props) -> tuple:
+    """``(names, Ignored)`` of the correction states these properties make the operator drop
+    (the Naive Laplacian's CRK and renormalization), or ``((), None)``."""
+    dropped = entry.dropped(props)
+    if not dropped:
+        return (), None
+    return dropped, getattr(entry.corrections, dropped[0]).ignoredWith
+
+
+def _droppedMessage(entry, props, tangents: bool) -> str:
+    """``the Naive Laplacian never reads the corrected gradient; CRK and renormalization
+    [tangents] are accepted with Brookshaw, Dot and Default only``, from the declaration."""
+    dropped, why = _droppedStates(entry, props)
+    labels = " and ".join(CORRECTION_LABELS[n] for n in dropped)
+    others = [v.name for v in entry.option(why.option).values if v != why.value]
+    accepted = _tangentList(others, others, " and ")
+    return (f"the {why.value.name} {entry.operation.name} {why.reason}; {labels}"
+            f"{' tangents' if tangents else ''} are accepted with {accepted} only")
+
+
 def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
                   where: str = _WHERE) -> None:
-    """The Tier-2 scope matrix (`autodiff.md` §9.4) for a call with geometry tangents.
+    """The Tier-2 scope matrix (`autodiff.md` §9.4) for a call with geometry tangents, as the
+    registry declares it (`OperatorEntry.jvp`, `operators._declarations.JVPScope`).
 
     Raises:
         NotImplementedError: an unsupported option or correction (message: what is supported).
@@ -104,48 +155,45 @@ def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
                          "renormalizationState; pass the primal state whose tangent it is")
     if t.rVolumes is not None and c.volumes[1] is None:
         raise ValueError(f"{where}: tangentReferenceVolumes given without referenceVolumes")
-    if op == WarpOperation.Density:
-        if t.qDensities is not None or t.rDensities is not None:
-            raise NotImplementedError(f"{where}: Density reads no densities; accepted tangents: "
-                                      "positions and supports (both sets), reference masses")
-        return
-    if op in (WarpOperation.Interpolate, WarpOperation.Covariance):
-        for label, state in (("CRK", c.crk), ("renormalization", c.renorm),
-                             ("grad-h", c.gradH)):
-            if state is not None:
-                raise NotImplementedError(
-                    f"{where}: the geometry JVP of {name} does not support {label}; supported: "
-                    "positions, supports, densities, reference masses and reference volumes")
-        return
-    if c.gradH is not None:
-        raise NotImplementedError(f"{where}: geometry JVPs with grad-h (GradHState) are not "
+    entry = operatorEntry(op)
+    scope = entry.jvp
+    if "densities" not in scope.geometry and (t.qDensities is not None
+                                              or t.rDensities is not None):
+        raise NotImplementedError(f"{where}: {_readsNoDensities(name, scope)}")
+    states = {"crk": c.crk, "renorm": c.renorm, "gradH": c.gradH}
+    for key in ("crk", "renorm", "gradH"):
+        if key not in scope.rejectedStates or states[key] is None:
+            continue
+        if not scope.correctionTangents:
+            supported = _tangentList(scope.geometry, ("positions", "supports", "densities",
+                                                      "reference masses",
+                                                      "reference volumes"), " and ")
+            raise NotImplementedError(
+                f"{where}: the geometry JVP of {name} does not support "
+                f"{CORRECTION_LABELS[key]}; supported: {supported}")
+        raise NotImplementedError(f"{where}: geometry JVPs with {_stateLabel(key)} are not "
                                   f"supported for {name}; value tangents alone are (Tier 1)")
-    if op == WarpOperation.Divergence:
-        if props.divergenceDotMode:
-            raise NotImplementedError(f"{where}: the geometry JVP of Divergence supports the "
-                                      "default contraction only, not divergenceDotMode")
-        if extras.get("consistentDivergence", False):
-            raise NotImplementedError(f"{where}: the geometry JVP of Divergence does not "
-                                      "support consistentDivergence")
-    if op == WarpOperation.Curl and int(ctx.domain.dim) != 2:
-        raise NotImplementedError(f"{where}: the geometry JVP of Curl is supported in 2D only "
-                                  f"(got d = {int(ctx.domain.dim)})")
-    if op == WarpOperation.Laplacian:
-        if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Naive and (
-                c.crk is not None or c.renorm is not None):
-            raise NotImplementedError(f"{where}: the Naive Laplacian never reads the corrected "
-                                      "gradient; CRK and renormalization tangents are accepted "
-                                      "with Brookshaw, Dot and Default only")
+    for rejected in scope.rejectedOptions:
+        chosen = entry.option(rejected.option).valueIn(props, extras)
+        if matches(chosen, rejected.value):
+            raise NotImplementedError(f"{where}: the geometry JVP of {name} {rejected.message}")
+    d = int(ctx.domain.dim)
+    if d not in scope.dims:
+        raise NotImplementedError(f"{where}: the geometry JVP of {name} is supported in "
+                                  f"{_dimensions(scope.dims)} only (got d = {d})")
+    dropped, _ = _droppedStates(entry, props)
+    if any(getattr(c, n) is not None for n in dropped):
+        raise NotImplementedError(f"{where}: {_droppedMessage(entry, props, tangents=True)}")
 
 
 def _selectsByValues(op: WarpOperation, properties) -> bool:
-    """True for the one value operator that is not linear in its values: the Laplacian with
-    ``positiveDivergence`` keeps a pair only if ``x_ij . q_ij >= 0``, a selection made by the
-    values themselves. Its value JVP is not the operator on the tangent values (that would
-    select pairs by the tangent's sign) but the primal's selection applied to the tangent,
-    which the Tier-2 kernel computes with the values frozen (exact away from the switching
-    surface ``x_ij . q_ij = 0``)."""
-    return op == WarpOperation.Laplacian and bool(properties.positiveDivergence)
+    """True for a value operator that is not linear in its values (`JVPScope.valueSelection`):
+    the Laplacian with ``positiveDivergence`` keeps a pair only if ``x_ij . q_ij >= 0``, a
+    selection made by the values themselves. Its value JVP is not the operator on the
+    tangent values (that would select pairs by the tangent's sign) but the primal's
+    selection applied to the tangent, which the Tier-2 kernel computes with the values
+    frozen (exact away from the switching surface ``x_ij . q_ij = 0``)."""
+    return operatorEntry(op).jvp.selectsByValues(properties)
 
 
 def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
@@ -193,9 +241,9 @@ def _checkTangent(name: str, t, like, device, dtype):
         raise ValueError(f"{_WHERE}: {name} is on {t.device}; accepted: {device}")
 
 
-def _flatValueTangent(op, tq, tr, queryValues, referenceValues):
+def _flatValueTangent(entry, tq, tr, queryValues, referenceValues):
     """The value tangent in the flat layout of the operator's values extra."""
-    if op == WarpOperation.Interpolate:
+    if entry.values is ValueInputs.REFERENCE:
         return None if tr is None else tr.reshape(-1)
     if tq is None and tr is None:
         return None
@@ -262,6 +310,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """
     op = WarpOperation(operationProperties.operation)
+    entry = operatorEntry(op)
+    scope = entry.jvp
     selfRef = referenceParticles is None or referenceParticles is queryParticles
     # the reference values are the query values when the primal defaults them (None) or is
     # given the same tensor: then their tangent is the query tangent; distinct reference
@@ -291,11 +341,9 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         getattr(rt, "supports", None), getattr(rt, "masses", None),
         getattr(rt, "densities", None), tangentReferenceVolumes, crkTangentState, renormT))
     hasValueTangent = tangentQueryValues is not None or tangentReferenceValues is not None
-    if hasValueTangent and op not in _VALUE_OPS:
+    if hasValueTangent and not scope.valueTangents:
         raise NotImplementedError(f"{_WHERE}: {op.name} has no value input; accepted tangents: "
-                                  "positions, supports, reference masses"
-                                  + (", densities, reference volumes"
-                                     if op == WarpOperation.Covariance else ""))
+                                  + _tangentList(scope.geometry, GEOMETRY_TANGENTS))
 
     primal = dict(queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
                   adjacency=adjacency, referenceParticles=referenceParticles, crkState=crkState,
@@ -316,7 +364,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                                dualRoute=dualRouteJVP, **primal)
         return torch.zeros_like(out[0] if isinstance(out, tuple) else out)
 
-    if op in _VALUE_OPS and op != WarpOperation.Interpolate and (
+    if entry.values is ValueInputs.QUERY_AND_REFERENCE and (
             queryValues is None or referenceValues is None):
         what = "geometry JVP" if geometry else "value JVP with positiveDivergence"
         raise ValueError(f"{_WHERE}: the {what} of {op.name} needs the frozen primal "
@@ -351,31 +399,35 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     if renormT is not None and ctx.corrections.renorm is not None:
         _checkTangent("renormalizationTangentState", renormT,
                       ctx.corrections.renorm.renormalizationMatrices, device, dtype)
-    if op == WarpOperation.Laplacian and LaplacianScheme(
-            operationProperties.laplacianMode) == LaplacianScheme.Naive:
-        # _prepareCall dropped the ignored states; a tangent for them is out of scope
-        if crkState is not None or renormalizationState is not None:
-            raise NotImplementedError(f"{_WHERE}: the Naive Laplacian never reads the corrected "
-                                      "gradient; CRK and renormalization are accepted with "
-                                      "Brookshaw, Dot and Default only")
-    if op == WarpOperation.Density:
-        ctx.corrections = dataclasses.replace(ctx.corrections, volumes=(None, None), crk=None,
-                                              gradH=None, renorm=None)
-        tangentReferenceVolumes = None
+    # _prepareCall dropped the states the options make ignored; a tangent for them is out
+    # of scope
+    given = {"crk": crkState, "renorm": renormalizationState, "gradH": gradHState}
+    if any(given.get(n) is not None for n in entry.dropped(operationProperties)):
+        raise NotImplementedError(
+            f"{_WHERE}: {_droppedMessage(entry, operationProperties, tangents=False)}")
+    # the states the operator ignores that the scope does not reject are dropped (all of
+    # Density's); those only an option ignores (Symmetric's volumes) stay
+    drop = [n for n, use in entry.corrections.items()
+            if not use.applied and n not in scope.rejectedStates]
+    if drop:
+        ctx.corrections = dataclasses.replace(
+            ctx.corrections, **{n: ((None, None) if n == "volumes" else None) for n in drop})
+        if "volumes" in drop:
+            tangentReferenceVolumes = None
 
+    readsDensities = "densities" in scope.geometry
     tangents = GeometryTangents(
         qPositions=getattr(qt, "positions", None), qSupports=getattr(qt, "supports", None),
-        qDensities=getattr(qt, "densities", None) if op != WarpOperation.Density else None,
+        qDensities=getattr(qt, "densities", None) if readsDensities else None,
         rPositions=getattr(rt, "positions", None), rSupports=getattr(rt, "supports", None),
         rMasses=getattr(rt, "masses", None),
-        rDensities=getattr(rt, "densities", None) if op != WarpOperation.Density else None,
+        rDensities=getattr(rt, "densities", None) if readsDensities else None,
         rVolumes=tangentReferenceVolumes, crk=crkTangentState, renorm=renormT,
-        tValues=_flatValueTangent(op, tangentQueryValues, tangentReferenceValues, queryValues,
-                                  referenceValues))
-    if op == WarpOperation.Density and (getattr(qt, "densities", None) is not None
-                                        or getattr(rt, "densities", None) is not None):
-        raise NotImplementedError(f"{_WHERE}: Density reads no densities; accepted tangents: "
-                                  "positions and supports (both sets), reference masses")
+        tValues=_flatValueTangent(entry, tangentQueryValues, tangentReferenceValues,
+                                  queryValues, referenceValues))
+    if not readsDensities and (getattr(qt, "densities", None) is not None
+                               or getattr(rt, "densities", None) is not None):
+        raise NotImplementedError(f"{_WHERE}: {_readsNoDensities(op.name, scope)}")
     checkJVPScope(op, ctx, extras, tangents)
     return finalize(jvpFromContext(op, ctx, extras, tangents))
 
@@ -414,18 +466,12 @@ def _strip(obj):
     return obj
 
 
-_IGNORED = {  # acceptance matrix: states an operator accepts and does not apply
-    WarpOperation.Density: ("volumes", "crk", "gradH", "renorm"),
-    WarpOperation.Interpolate: ("gradH", "renorm"),
-    WarpOperation.Covariance: ("gradH",),
-}
-
-
 def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
     """The `jvp_fn` body of `launchOperator` (`autodiff.md` §9.7): rebuild the tangents from
     the fixed slots, drop channels the operator never reads, and delegate to
     `jvpFromContext`. Returns one tangent per forward output."""
     op = WarpOperation(ctx.properties.operation)
+    entry = operatorEntry(op)
 
     def live(k):
         return k < len(mask) and mask[k]
@@ -438,7 +484,7 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
             raise NotImplementedError(f"{op.name}: a live forward-mode tangent on "
                                       f"{SLOT_NAMES[k]} (domain or grid bounds); no geometry "
                                       "JVP differentiates domain bounds or grid structure")
-    if (live(_QOMEGA) or live(_ROMEGA)) and "gradH" not in _IGNORED.get(op, ()):
+    if (live(_QOMEGA) or live(_ROMEGA)) and entry.corrections.gradH.applied:
         raise NotImplementedError(f"{op.name}: forward-mode tangents of the grad-h Omega are "
                                   "not supported")
     for k in range(_ADJ_LIST, _GRID_SORT + 1):
@@ -446,10 +492,10 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
             raise NotImplementedError(f"{op.name}: a live tangent on {SLOT_NAMES[k]}")
 
     corr = ctx.corrections
-    drop = _IGNORED.get(op, ())
-    if op == WarpOperation.Laplacian and LaplacianScheme(
-            ctx.properties.laplacianMode) == LaplacianScheme.Naive:
-        drop = ("crk", "renorm")
+    # ignored states (the acceptance matrix, and those the options make ignored and the call
+    # drops); the states the kernel receives and does not read (Symmetric's volumes) stay
+    drop = tuple(n for n, use in entry.corrections.items() if not use.applied)
+    drop += entry.dropped(ctx.properties)
     changes = {name: ((None, None) if name == "volumes" else None) for name in drop}
     corr = dataclasses.replace(corr, **changes)
     jctx = dataclasses.replace(
@@ -469,7 +515,7 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
             members.append(tan(k) if live(k) else torch.zeros_like(primal))
         crkT = CRKTangentState(*members)
     renormT = tan(_RENORM_MAT) if corr.renorm is not None else None
-    noDensities = op == WarpOperation.Density
+    noDensities = "densities" not in entry.jvp.geometry
     valueName = _valueExtra(spec)
     tValues = None
     if valueName is not None:
