@@ -35,6 +35,7 @@ from sph_reference import (
 
 from warpSPHCore import CRKState, GradientScheme, LaplacianScheme, WarpOperation
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operators import OPERATORS
 
 F64 = torch.float64
 N = 12
@@ -150,8 +151,24 @@ def _identical(out, base, what):
     assert torch.equal(out, base), f"{what}: an ignored correction changed the result"
 
 
-@pytest.mark.parametrize("op", [DENSITY, INTERP, GRAD, DIV, CURL, LAP, COV],
-                         ids=lambda o: o.name)
+def test_registry_declares_the_acceptance_matrix():
+    """The registry's acceptance rows, which validation, the forward-mode scope and the doc
+    tables read, are this specification's: the applied corrections per operator, the Naive
+    Laplacian's row and the Symmetric schemes' volumes."""
+    assert set(OPERATORS) == set(APPLIED)
+    for op, entry in OPERATORS.items():
+        assert entry.applied(_pr(op)) == APPLIED[op], op.name
+        assert entry.ignored(_pr(op)) == tuple(c for c in CORRECTIONS if c not in APPLIED[op])
+    naive = _pr(LAP, lap=LaplacianScheme.Naive)
+    assert OPERATORS[LAP].applied(naive) == LAP_NAIVE_APPLIED
+    assert OPERATORS[LAP].dropped(naive) == ("crk", "renorm")
+    for op in (GRAD, DIV, CURL, LAP):
+        sym = _pr(op, GradientScheme.Symmetric)
+        assert OPERATORS[op].applied(sym) == tuple(c for c in APPLIED[op] if c != "volumes")
+        assert OPERATORS[op].dropped(sym) == ()  # handed to the kernel, which ignores them
+
+
+@pytest.mark.parametrize("op", list(OPERATORS), ids=lambda o: o.name)
 def test_acceptance_matrix(case, op):
     """Row `op` of the table: each correction alone is applied (changes the result and matches
     the reference) or ignored (bit-identical); all four together equal the applied subset."""
