@@ -128,6 +128,48 @@ def test_registry_table():
     assert OPERATORS[WarpOperation.Interpolate].spec is INTERPOLATE_SPEC
 
 
+def test_registry_declarations_are_consistent():
+    """Each entry's declarations refer to each other and to the rest of the ABI coherently:
+    options are `OperationProperties` fields (or a keyword the kernel receives as an extra),
+    an option that ignores a correction is one of the entry's options and values, the JVP
+    scope accepts only tangents of applied corrections, the value inputs agree with the
+    spec's extras and its `JVPSpec`, and the first registry's flags still read right."""
+    import dataclasses
+
+    from warpSPHCore import OperationProperties
+    from warpSPHCore.autograd.operator_spec import ExtraKind
+    from warpSPHCore.operators import CORRECTIONS, GEOMETRY_TANGENTS, ValueInputs
+
+    fields = {f.name for f in dataclasses.fields(OperationProperties)}
+    for op, entry in OPERATORS.items():
+        extras = {e.name: e.kind for e in entry.spec.extras}
+        for option in entry.options:
+            assert option.default in option.values, (op.name, option.name)
+            if option.keyword:
+                assert extras.get(option.name) == ExtraKind.SCALAR, (op.name, option.name)
+            else:
+                assert option.name in fields, (op.name, option.name)
+        for name, use in entry.corrections.items():
+            assert name in CORRECTIONS
+            if use.ignoredWith is not None:
+                option = entry.option(use.ignoredWith.option)
+                assert option is not None and use.ignoredWith.value in option.values, op.name
+        scope = entry.jvp
+        assert set(scope.geometry) <= set(GEOMETRY_TANGENTS), op.name
+        assert set(scope.correctionTangents) <= {n for n, u in entry.corrections.items()
+                                                 if u.applied}, op.name
+        assert set(scope.rejectedStates) <= set(CORRECTIONS), op.name
+        for rejected in scope.rejectedOptions:
+            assert entry.option(rejected.option) is not None, (op.name, rejected.option)
+        assert scope.valueTangents == (entry.values is not ValueInputs.NONE), op.name
+        valueExtras = {ValueInputs.NONE: set(), ValueInputs.REFERENCE: {"referenceValues"},
+                       ValueInputs.QUERY_AND_REFERENCE: {"values"}}[entry.values]
+        assert {n for n, k in extras.items() if k == ExtraKind.TENSOR} == valueExtras, op.name
+        assert entry.needsValues == (entry.values is not ValueInputs.NONE)
+        assert (entry.volumes, entry.crk, entry.gradH, entry.renormalization) == tuple(
+            u.applied for _, u in entry.corrections.items())
+
+
 def test_launch_operator_validation(device):
     q, dom = _state(device)
     ctx = SPHContext(q, props(WarpOperation.Interpolate), dom)
