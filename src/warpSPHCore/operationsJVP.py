@@ -102,12 +102,12 @@ def _dimensions(dims) -> str:
     return _tangentList([f"{k}D" for k in dims], [f"{k}D" for k in (1, 2, 3)], " and ")
 
 
-def _readsNoDensities(name: str, scope) -> NotImplementedError:
-    """A densities tangent for an operator that reads no densities (Density)."""
+def _readsNoDensities(name: str, scope) -> str:
+    """The message for a densities tangent of an operator that reads no densities."""
     both = "positions" in scope.geometry and "supports" in scope.geometry
     rest = [c for c in scope.geometry if not both or c not in ("positions", "supports")]
     accepted = ", ".join((["positions and supports (both sets)"] if both else []) + rest)
-    return NotImplementedError(f"{name} reads no densities; accepted tangents: {accepted}")
+    return f"{name} reads no densities; accepted tangents: {accepted}"
 
 
 def _stateLabel(name: str) -> str:
