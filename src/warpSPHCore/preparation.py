@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from .autograd.callPlan import fingerprint, lookupPlan, recordPlan
+from .autograd.callPlan import fingerprint, lookupPlan, recordPlan, seenBefore
 from .autograd.operator_spec import Corrections, SPHContext, launchOperator
 from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
@@ -162,8 +162,8 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
     """`operations.warpOperation` with the forward-mode route `dualRoute` (see
     `launchOperator`) given by the caller; arguments, result and errors as there.
 
-    A repeated no-grad call on the same objects in the same state is replayed from its call
-    plan (`autograd.callPlan`), skipping validation and extraction: the full path would
+    A no-grad call repeated on the same objects in the same state is recorded on its second
+    sight and replayed from its call plan from the third on (`autograd.callPlan`), skipping validation and extraction: the full path would
     validate and launch exactly the same thing."""
     args = (queryParticles, operationProperties, domain, queryValues, referenceValues,
             queryVolumes, referenceVolumes, adjacency, referenceParticles,
@@ -174,7 +174,8 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
         plan = lookupPlan(fp[0])
         if plan is not None:
             return plan.run()
-        return recordPlan(fp, lambda: _fullPath(args, dualRoute))
+        if seenBefore(fp):
+            return recordPlan(fp, lambda: _fullPath(args, dualRoute))
     raw, finish = _fullPath(args, dualRoute)
     return finish(raw)
 

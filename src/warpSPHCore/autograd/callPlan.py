@@ -20,6 +20,13 @@ call takes the full path (and records a new plan). A plan never outlives its inp
 holds a weak reference to each input tensor, and the death of any of them drops the plan;
 its strong references are only to the buffers the command points at.
 
+A plan is recorded on the *second* sight of a key, not the first: a simulation loop that
+builds new tensors every step never repeats a key, and recording costs a capture and the
+struct bundle's reuse (`autodiff.md` §14). The first sight only notes the key with weak
+references to its tensors (so a recycled ``id`` of a dead tensor is not taken for a repeat);
+a key whose recording was declined is remembered and not tried again. At most `MAX_SEEN`
+keys are noted.
+
 Eligible: no-grad calls (grad mode off, or no tensor requiring grad), no forward-mode AD
 level open, no `wp.Tape` or Warp graph capture recording, profiling regions and eager error
 checks off, and a call that made exactly one launch through the bridge (so not the
@@ -49,13 +56,17 @@ from .launcher import _resolveOutput, replayLaunch
 from .specialize import specializationEnabled
 
 __all__ = ["callPlansEnabled", "setCallPlans", "clearCallPlans", "callPlanStats",
-           "fingerprint", "lookupPlan", "recordPlan", "MAX_PLANS"]
+           "fingerprint", "lookupPlan", "seenBefore", "recordPlan", "MAX_PLANS", "MAX_SEEN"]
 
 #: plans kept at once (the oldest is dropped first)
 MAX_PLANS = 64
+#: keys noted on first sight (the oldest is forgotten first)
+MAX_SEEN = 256
 
 _ENABLED = [True]
 _PLANS: dict = {}
+_SEEN: dict = {}
+_DECLINED = object()
 _LOCK = threading.Lock()
 _STATS = {"hits": 0, "recorded": 0, "declined": 0}
 
@@ -75,9 +86,10 @@ def setCallPlans(enabled: bool) -> bool:
 
 
 def clearCallPlans() -> None:
-    """Drop every kept plan (and the buffers they keep alive)."""
+    """Drop every kept plan (and the buffers they keep alive) and every noted key."""
     with _LOCK:
         _PLANS.clear()
+        _SEEN.clear()
 
 
 def callPlanStats() -> dict:
@@ -129,7 +141,11 @@ def _walk(obj, leaves: list, tensors: list) -> bool:
         if cls in _LEAF_TYPES:
             leaves.append(item)
         elif issubclass(cls, _Tensor):
-            leaves.append((id(item), item._version, item.data_ptr(), item.shape, item.dtype,
+            try:
+                ptr = item.data_ptr()
+            except RuntimeError:  # no storage (functorch wrappers, fake tensors): not planned
+                return False
+            leaves.append((id(item), item._version, ptr, item.shape, item.dtype,
                            item.requires_grad))
             tensors.append(item)
         elif issubclass(cls, enum.Enum):
@@ -223,6 +239,23 @@ def lookupPlan(key):
     return plan
 
 
+def seenBefore(fp) -> bool:
+    """Whether the key of ``fp`` was seen before with the same live tensors and its
+    recording was not declined; a first sight is noted (module docstring)."""
+    key, tensors = fp
+    noted = _SEEN.get(key)
+    if noted is not None and noted is not _DECLINED:
+        if len(noted) == len(tensors) and all(r() is t for r, t in zip(noted, tensors)):
+            return True
+        noted = None
+    if noted is None:
+        with _LOCK:
+            while len(_SEEN) >= MAX_SEEN:
+                _SEEN.pop(next(iter(_SEEN)))
+            _SEEN[key] = tuple(weakref.ref(t) for t in tensors)
+    return False
+
+
 def recordPlan(fp, run):
     """Run ``run()`` (the call's full path, returning ``(raw, finish)``: the kernel's raw
     output and the step turning it into the call's result) under a launch capture, keep a
@@ -234,6 +267,8 @@ def recordPlan(fp, run):
     if (capture.foreign or len(capture.launches) != 1
             or not _samePlanOutputs(raw, multi, capture.launches[0])):
         _STATS["declined"] += 1
+        with _LOCK:
+            _SEEN[fp[0]] = _DECLINED
         return finish(raw)
     key, tensors = fp
     plan = CallPlan(key, capture.launches[0], finish, multi, tensors)
@@ -241,6 +276,7 @@ def recordPlan(fp, run):
         while len(_PLANS) >= MAX_PLANS:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = plan
+        _SEEN.pop(key, None)
     _STATS["recorded"] += 1
     return finish(raw)
 
