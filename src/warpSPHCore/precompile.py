@@ -8,6 +8,7 @@ in `util.compileNotice` so that no compile notice follows.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 
@@ -54,7 +55,8 @@ def _modulesOf(short: str, dims, scalars) -> list:
 def _specializedModules(operators, dims, scalars, kernels) -> list:
     """The specialised Density/Gradient kernels (`operators._specialized`) of the default
     call configuration (Gather supports, kind mode AllToAll-with-ghosts 9, no calibration,
-    CSR and grid) for each smoothing kernel in `kernels`, dimension and scalar type."""
+    CSR and grid; Naive gradient scheme) for each smoothing kernel in `kernels`, dimension
+    and scalar type."""
     sp = _specialized
     wanted = [o for o in ("Density", "Gradient") if operators is None or o in operators]
     out = []
@@ -66,7 +68,8 @@ def _specializedModules(operators, dims, scalars, kernels) -> list:
                     if "Density" in wanted:
                         out.append(sp._densityKernel(cfg).module)
                     if "Gradient" in wanted:
-                        out += [sp._gradientKernel(cfg).module,
+                        naive = dataclasses.replace(cfg, gradientScheme=1)
+                        out += [sp._gradientKernel(naive).module,
                                 sp._gradientVJPKernel(cfg).module]
     return out
 

@@ -9,6 +9,7 @@ and the specialised route must really have been taken."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -86,7 +87,9 @@ def _compileCoveringDesign():
             cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
                                              int(c["support"]), c["mode"],
                                              c["traversal"] == "csr", c["calibrate"])
-            mods += [build(cfg).module for build in builders]
+            for build in builders:
+                scheme = int(c["scheme"]) if build is _specialized._gradientKernel else 0
+                mods.append(build(dataclasses.replace(cfg, gradientScheme=scheme)).module)
     wp.force_load(device="cpu", modules=list({m.name: m for m in mods}.values()),
                   max_workers=max(1, os.cpu_count() or 1))
     yield
@@ -178,8 +181,9 @@ def test_gradient_specialized_matches_generic(device, c):
         dtype=c["dtype"], device=device)
     with torch.no_grad():
         a, b = _bothRoutes(lambda: warpOperation(q, pr, dom, queryValues=f, adjacency=adj))
+    # the forward kernel of this configuration, its gradient scheme fixed at code generation
     assert any(name == "gradient" and cfg.kernel == int(c["kernel"])
-               for name, cfg in _specialized._BUILT)
+               and cfg.gradientScheme == int(c["scheme"]) for name, cfg in _specialized._BUILT)
     # the Viscosity kernel's gradient is NaN at r = 0, so its self pair poisons every row
     _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
 

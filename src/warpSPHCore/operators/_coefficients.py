@@ -55,6 +55,7 @@ presence flags (W61).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import warp as wp
@@ -63,7 +64,7 @@ from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
 __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "consistentVolume_j", "fieldValues_ij",
-           "fieldCoefficient_ij", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
+           "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "gradientPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij"]
@@ -159,33 +160,59 @@ def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, c
 # --- c_ij: the gradient schemes' coefficient (Gradient, Divergence, Curl) ---------------------
 
 
-@wp.func
-def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
-                        corr: Any, ks: Any, values: Any, consistent: wp.bool,
-                        divideQuery: wp.bool):
-    """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h, and
-    f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
-    f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
-    c = type(f_j)(0.0)
-    scheme = ks.gradientMode
-    if scheme == 2:
-        if q.hasDensities and r.hasDensities:
-            rho_i = q.densities[i]
-            rho_j = r.densities[j]
-            c = r.masses[j] * rho_i * (f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j))
-    else:
-        V_j = type(f_j)(0.0)
-        if consistent:
-            V_j = consistentVolume_j(q, r, corr, i, j)
+def _fieldCoefficientFunction(fixedScheme: int | None):
+    """`fieldCoefficient_ij` (`fixedScheme` None: the scheme read from ``ks.gradientMode`` at
+    run time) or its copy for one scheme fixed at code generation (`fieldCoefficientOf`):
+    the same arithmetic, so the same bits."""
+
+    def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any,
+                            r: Any, corr: Any, ks: Any, values: Any, consistent: wp.bool,
+                            divideQuery: wp.bool):
+        """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h,
+        and f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
+        f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
+        c = type(f_j)(0.0)
+        scheme = ks.gradientMode
+        if wp.static(fixedScheme is not None):
+            scheme = wp.int32(wp.static(fixedScheme or 0))  # a constant: the C++ compiler
+            # folds the branches below and drops the reads only the other schemes make
+        if scheme == 2:
+            if q.hasDensities and r.hasDensities:
+                rho_i = q.densities[i]
+                rho_j = r.densities[j]
+                c = r.masses[j] * rho_i * (f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j))
         else:
-            V_j = apparentVolume_j(r, corr, j)
-        if scheme == 3:
-            c = (f_j - f_i) * V_j
-        elif scheme == 4:
-            c = (f_j + f_i) * V_j
-        else:
-            c = f_j * V_j
-    return c
+            V_j = type(f_j)(0.0)
+            if consistent:
+                V_j = consistentVolume_j(q, r, corr, i, j)
+            else:
+                V_j = apparentVolume_j(r, corr, j)
+            if scheme == 3:
+                c = (f_j - f_i) * V_j
+            elif scheme == 4:
+                c = (f_j + f_i) * V_j
+            else:
+                c = f_j * V_j
+        return c
+
+    if fixedScheme is None:
+        return wp.func(fieldCoefficient_ij)
+    return wp.func(fieldCoefficient_ij, name=f"fieldCoefficient_g{int(fixedScheme)}_ij",
+                   module="unique")
+
+
+fieldCoefficient_ij = _fieldCoefficientFunction(None)
+
+
+@functools.cache
+def fieldCoefficientOf(scheme: int):
+    """`fieldCoefficient_ij` with the gradient scheme `scheme` (a `GradientScheme` value)
+    fixed at code generation (``wp.static``): no scheme branch in the pair loop and, for
+    Naive, no read of f_i. For the forward-only specialised kernels (`_specialized`); same
+    bits as the generic one. ``scheme`` 0: the generic `fieldCoefficient_ij` itself."""
+    if not scheme:
+        return fieldCoefficient_ij
+    return _fieldCoefficientFunction(int(scheme))
 
 
 @wp.func
