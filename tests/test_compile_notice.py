@@ -58,6 +58,11 @@ def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
     assert ("compiling the Density (kernel 30, partial supports, kind mode 1, grid, "
             "calibrated, 3D float64) kernel specialised for this call's configuration") in err
     assert "happens once" in err
+    assert fresh.specializedLabel("warpSPHCore_gradient_k0_gather_m9_g3_csr_2d_f32_abc") == (
+        "Gradient (kernel 0, gather supports, kind mode 9, gradient scheme 3, csr, "
+        "2D float32)")
+    assert fresh.specializedLabel("warpSPHCore_Search_kernels_2d_f64_group") == (
+        "Search kernels (2D float64)")
 
 
 def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):
@@ -96,8 +101,10 @@ def test_precompile_command(capsys):
     assert main(["precompile", "--operators", "Search", "--device", "cpu"]) == 0
     out = capsys.readouterr()
     expected = {concreteKernel(k, sig).module.name for k, sig in _kernels.CONCRETE_SIGNATURES}
-    assert f"{len(expected)} modules on cpu" in out.out  # one per kernel and signature
-    assert "Search: radiusSearchKernel (3D float64)" in out.err
+    # one per (dimension, scalar type) group of the declared signatures, and the
+    # dimension-free kernels' group
+    assert f"{len(expected)} modules on cpu" in out.out and len(expected) == 7
+    assert "Search kernels (3D float64)" in out.err
     assert "cached" in out.err or "compiling" in out.err
     assert main(["precompile", "--operators", "Density", "--dim", "2", "--dtype", "float32",
                  "--kernels", "Wendland2", "CubicSpline"]) == 0
@@ -139,7 +146,7 @@ def test_cold_cache_first_call_says_what_compiles(tmp_path):
                        timeout=900)
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("warpSPHCore: compiling")]
-    assert any("the Search: radiusSearchKernel (2D float32) kernel" in x for x in lines)
+    assert any("the Search kernels (2D float32) for cpu" in x for x in lines)
     assert any("the Density (kernel 0, gather supports" in x and "specialised" in x
                for x in lines)
     assert all(str(tmp_path / "cache") in x for x in lines)

@@ -14,6 +14,7 @@ import time
 
 import warp as wp
 
+from .kernels.evaluation import registerCustomAdjoints
 from .operators import _specialized
 from .util import compileNotice
 from .util.warpContext import concreteKernel, ensureWarp
@@ -95,6 +96,7 @@ def precompile(devices=("cpu",), operators=None, workers: int | None = None,
         ``{"modules": [...], "devices": [...], "seconds": float}``.
     """
     ensureWarp()
+    registerCustomAdjoints()  # before any module that calls them is built
     if operators is None:
         names = sorted({m for mods in compileNotice.OPERATOR_MODULES.values() for m in mods})
     else:

@@ -28,6 +28,7 @@ import functools
 import torch
 import warp as wp
 
+from ..kernels.evaluation import registerCustomAdjoints
 from ..util.compileNotice import announceCompile
 from ..util.conversion import (  # noqa: F401  (re-exported: the bridge's casts)
     _asBuiltins,
@@ -162,6 +163,16 @@ def _isMulti(output_dtype) -> bool:
     return isinstance(output_dtype, (tuple, list))
 
 
+def _registerAdjointsFor(kernel) -> None:
+    """Register the custom adjoints of the kernel functions
+    (`kernels.evaluation.registerCustomAdjoints`) before `kernel`'s module can be built,
+    unless the kernel declares ``callsKernelFunctions = False`` (the per-configuration
+    specialised kernels, `operators._specialized`, which use `kernels.specialized`): a first
+    result on the specialised kernels never pays for the registration."""
+    if getattr(kernel, "callsKernelFunctions", True):
+        registerCustomAdjoints()
+
+
 def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, lanes=None,
                   requires_grad: bool = False):
     """Allocate the output(s), launch `kernel(*args, *outputs)`, return the output tensor(s).
@@ -181,9 +192,12 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
     The device is the first `wp.array` argument's (else a struct argument's array field's);
     the launch passes ``device=`` and torch's current stream (§16). A launch with zero
     threads is skipped and the zero-filled output(s) returned. Each returned tensor carries
-    its Warp view as the courier attribute ``_warp_array``.
+    its Warp view as the courier attribute ``_warp_array``. The kernel functions' custom
+    adjoints are registered before a kernel that may call them is launched
+    (`_registerAdjointsFor`).
     """
     ensureWarp()
+    _registerAdjointsFor(kernel)
     device = deviceOfArgs(args)
     if _isMulti(output_dtype):
         shapes, dtypes = tuple(output_shape), tuple(output_dtype)
@@ -272,6 +286,7 @@ def launch_reverse(kernel, dim: int, inputs, device) -> None:
     """
     noteForeignLaunch()
     if int(dim) > 0:
+        _registerAdjointsFor(kernel)
         announceCompile(kernel, device)
         wp.launch(kernel, dim=int(dim), inputs=list(inputs), device=device,
                   stream=torchStreamAsWarp(device))

@@ -10,6 +10,13 @@ Warp functions (usable inside user kernels; `kernels.md` §8):
 * `support`: `computePairwiseSupport` and the `_ij` pairwise variants of `kernels.md` §6.
 * `geometry`: `computeDistanceVec`, `checkDirectionality_i`, `checkDirectionality_j`.
 
+The `evaluation` and `support` functions are resolved on first access through this package
+(``from warpSPHCore.kernels import sphKernelGradient_ij``): that access registers the custom
+adjoints of grad W and d(grad W)/dh (`evaluation.registerCustomAdjoints`, deferred from the
+import because it costs about a second and a first result with the specialised kernels
+never needs it). A user kernel built from functions taken straight from the submodules, and
+launched before any library launch, calls `registerCustomAdjoints()` first.
+
 All per-pair quantities are unnormalised (N = 1); lattice calibration multiplies them by N
 in the operator code.
 
@@ -22,27 +29,8 @@ Host functions (float64, no device work):
 """
 
 from .densityCorrection import applyDensityCorrection, densityCorrectionConstants, selfTermW0
-from .evaluation import (
-    sphGradientD2kDh2,
-    sphGradientDkDh,
-    sphKernel,
-    sphKernelDkDh,
-    sphKernelEps,
-    sphKernelGradient,
-    sphKernelGradientJVP,
-    sphKernelGradientVJP,
-    sphKernelHessian,
-    sphKernelHessianDkDh,
-    sphKernelHessianDot,
-    sphKernelHessianJVP,
-    sphKernelJVP,
-    sphKernelLaplacian,
-    sphKernelLaplacianDkDh,
-    sphKernelLaplacianGradient,
-    sphKernelLaplacianJVP,
-    sphKernelThirdDerivative,
-    sphKernelThirdDerivativeContract,
-)
+from . import evaluation as _evaluation
+from . import support as _support
 from .geometry import checkDirectionality_i, checkDirectionality_j, computeDistanceVec
 from .lattice import (
     epsteinZeta,
@@ -74,24 +62,6 @@ from .shapes import (
     sphKernelN_H_warp,
     sphKernelScale_warp,
     sphShape,
-)
-from .support import (
-    computePairwiseSupport,
-    computePairwiseSupportJVP,
-    sphGradientDkDh_ij,
-    sphKernel_ij,
-    sphKernelDkDh_ij,
-    sphKernelGradient_ij,
-    sphKernelGradientJVP_ij,
-    sphKernelGradientJVPPositions_ij,
-    sphKernelGradientVJP_ij,
-    sphKernelHessian_ij,
-    sphKernelJVP_ij,
-    sphKernelJVPPositions_ij,
-    sphKernelLaplacian_ij,
-    sphKernelLaplacianDkDh_ij,
-    sphKernelLaplacianGradient_ij,
-    sphKernelLaplacianJVP_ij,
 )
 
 __all__ = [
@@ -168,3 +138,19 @@ __all__ = [
     "checkDirectionality_i",
     "checkDirectionality_j",
 ]
+
+
+_LAZY = {name: _evaluation for name in _evaluation.__all__}
+_LAZY.update({name: _support for name in _support.__all__})
+
+
+def __getattr__(name: str):
+    """The Warp functions of `evaluation` and `support`, with the custom adjoints registered
+    first (module docstring)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _evaluation.registerCustomAdjoints()
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

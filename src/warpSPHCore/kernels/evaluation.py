@@ -60,6 +60,7 @@ This module deliberately has no ``from __future__ import annotations``: the conc
 overloads are created in a loop and their annotations must be evaluated at definition time.
 """
 
+import threading
 from typing import Any
 
 import warp as wp
@@ -67,6 +68,8 @@ import warp as wp
 from .shapes import sphKernelC_d_warp, sphShape
 
 __all__ = [
+    "registerCustomAdjoints",
+    "customAdjointsRegistered",
     "sphKernelEps",
     "sphKernel",
     "sphKernelGradient",
@@ -481,8 +484,8 @@ _CONCRETE = tuple(
 )
 
 # Each iteration adds one overload to the same Warp function (Warp registers a @wp.func
-# whose name already names a Function in the defining scope as an overload of it) and
-# attaches the custom adjoint to exactly that overload.
+# whose name already names a Function in the defining scope as an overload of it); the
+# custom adjoints are attached by `registerCustomAdjoints`.
 for _vecT, _scalarT in _CONCRETE:
 
     @wp.func
@@ -494,11 +497,6 @@ for _vecT, _scalarT in _CONCRETE:
         """
         return _sphKernelGradient(x, h, kernel, d)
 
-    @wp.func_grad(sphKernelGradient)
-    def _adjSphKernelGradient(x: _vecT, h: _scalarT, kernel: wp.int32, d: wp.int32, adj_ret: _vecT):
-        wp.adjoint[x] += wp.mul(sphKernelHessian(x, h, kernel, d), adj_ret)
-        wp.adjoint[h] += wp.dot(_sphGradientDkDh(x, h, kernel, d), adj_ret)
-
     @wp.func
     def sphGradientDkDh(x: _vecT, h: _scalarT, kernel: wp.int32, d: wp.int32):
         """d(grad W)/dh = x_hat (-C_d / h^(d+2)) (q k''(q) + (d+1) k'(q)) (`kernels.md` §5.2).
@@ -507,13 +505,52 @@ for _vecT, _scalarT in _CONCRETE:
         """
         return _sphGradientDkDh(x, h, kernel, d)
 
-    @wp.func_grad(sphGradientDkDh)
-    def _adjSphGradientDkDh(x: _vecT, h: _scalarT, kernel: wp.int32, d: wp.int32, adj_ret: _vecT):
-        wp.adjoint[x] += wp.mul(sphKernelHessianDkDh(x, h, kernel, d), adj_ret)
-        wp.adjoint[h] += wp.dot(sphGradientD2kDh2(x, h, kernel, d), adj_ret)
-
 
 del _vecT, _scalarT
+
+_REGISTERED = [False]
+_REGISTER_LOCK = threading.Lock()
+
+
+def customAdjointsRegistered() -> bool:
+    """Whether `registerCustomAdjoints` has run in this process."""
+    return _REGISTERED[0]
+
+
+def registerCustomAdjoints() -> None:
+    """Attach the hand-written adjoints to the twelve concrete overloads of
+    `sphKernelGradient` and `sphGradientDkDh` (idempotent, thread-safe).
+
+    Deferred from import to first need (issue 15): ``@wp.func_grad`` builds each overload,
+    and with it the whole kernel-id dispatch below it, only to learn its return type, about
+    1 s of the import on a 2-core machine, and a first result with the specialised kernels
+    never builds a module that calls these functions. It must run before any Warp module
+    whose code calls them is built (the module's hash and its adjoint depend on it); the
+    library guarantees that: every launch helper (`autograd.launcher`,
+    `util.warpContext.launch`), `warpSPHCore.precompile` and the public access to the Warp
+    functions through `warpSPHCore.kernels` call it first. A user kernel that takes them
+    from the submodules (`kernels.evaluation`, `kernels.support`) before any library
+    launch calls it itself."""
+    if _REGISTERED[0]:
+        return
+    with _REGISTER_LOCK:
+        if _REGISTERED[0]:
+            return
+        for vecT, scalarT in _CONCRETE:
+
+            def adjSphKernelGradient(x: vecT, h: scalarT, kernel: wp.int32, d: wp.int32,
+                                     adj_ret: vecT):
+                wp.adjoint[x] += wp.mul(sphKernelHessian(x, h, kernel, d), adj_ret)
+                wp.adjoint[h] += wp.dot(_sphGradientDkDh(x, h, kernel, d), adj_ret)
+
+            def adjSphGradientDkDh(x: vecT, h: scalarT, kernel: wp.int32, d: wp.int32,
+                                   adj_ret: vecT):
+                wp.adjoint[x] += wp.mul(sphKernelHessianDkDh(x, h, kernel, d), adj_ret)
+                wp.adjoint[h] += wp.dot(sphGradientD2kDh2(x, h, kernel, d), adj_ret)
+
+            wp.func_grad(sphKernelGradient)(adjSphKernelGradient)
+            wp.func_grad(sphGradientDkDh)(adjSphGradientDkDh)
+        _REGISTERED[0] = True
 
 
 # --- tangents --------------------------------------------------------------------------------

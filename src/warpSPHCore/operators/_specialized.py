@@ -121,7 +121,11 @@ def _kernel(fn, name: str, cfg: Configuration):
     """`fn` as a forward-only Warp kernel named `name`, in a module of its own."""
     fn.__name__ = fn.__qualname__ = f"warpSPHCore_{name}_{cfg.tag}"
     _BUILT.add((name, cfg))
-    return wp.kernel(fn, enable_backward=False, module="unique")
+    kernel = wp.kernel(fn, enable_backward=False, module="unique")
+    # built from `kernels.specialized`, never from the generic kernel functions: the launch
+    # need not register their custom adjoints (`autograd.launcher._registerAdjointsFor`)
+    kernel.callsKernelFunctions = False
+    return kernel
 
 
 def _structs(cfg: Configuration):

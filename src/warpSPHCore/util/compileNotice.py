@@ -72,18 +72,29 @@ def specializedLabel(moduleName: str) -> str:
     ``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
     supports, kind mode 9, csr, 2D float32)`` (`operators._specialized`);
     ``warpSPHCore_Search_radiusSearchKernel_2d_f32_<hash>`` -> ``Search: radiusSearchKernel
-    (2D float32)`` (`util.warpContext.concreteKernel`)."""
+    (2D float32)``, ``warpSPHCore_Search_kernels_2d_f32_group`` -> ``Search kernels (2D
+    float32)`` (`util.warpContext.concreteKernel`)."""
     parts = moduleName[len(_SPECIALIZED_PREFIX):].split("_")
     scalars = {"f32": "float32", "f64": "float64"}
     try:
         if len(parts) > 1 and parts[1][:1] == "k" and parts[1][1:].isdigit():
-            op, kern, support, mode, trav = parts[:5]
-            rest = parts[5:-1]
+            op, kern, support, mode = parts[:4]
+            rest = parts[4:-1]
+            scheme = ""
+            if rest[0][:1] == "g" and rest[0][1:].isdigit():  # the Gradient's scheme
+                scheme = f", gradient scheme {rest[0][1:]}"
+                rest = rest[1:]
+            trav, rest = rest[0], rest[1:]
             cal = ", calibrated" if rest and rest[0] == "cal" else ""
             d, s = rest[-2], rest[-1]
             return (f"{op[0].upper()}{op[1:]} (kernel {kern[1:]}, {support} supports, kind "
-                    f"mode {mode[1:]}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
+                    f"mode {mode[1:]}{scheme}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
         label, kernel = parts[0], parts[1]
+        if parts[-1] == "group":  # a group of declared signatures (concreteKernel)
+            tail = parts[2:-1]
+            if len(tail) == 2:
+                return f"{label} kernels ({tail[0].upper()} {scalars.get(tail[1], tail[1])})"
+            return f"{label} kernels"
         tail = parts[2:-1]
         adjoint = bool(tail) and tail[-1] == "adj"
         if adjoint:
@@ -151,7 +162,8 @@ def announceCompile(kernel, device) -> None:
     if module.name.startswith(_SPECIALIZED_PREFIX):
         label = specializedLabel(module.name)
         what = (f"the {label} kernel specialised for this call's configuration"
-                if "(kernel " in label else f"the {label} kernel")
+                if "(kernel " in label else f"the {label}" if " kernels" in label
+                else f"the {label} kernel")
     else:
         what = (f"the Warp kernels of {moduleLabel(module.name)} ({module.name}, "
                 "float32/float64 x 1D/2D/3D)")

@@ -136,41 +136,88 @@ def _shortName(annotations: dict) -> str:
 
 
 def concreteKernel(kernel, annotations: dict | None = None, args=None, backward: bool = False):
-    """A copy of `kernel` with concrete argument types, in a Warp module of its own
-    (``module="unique"``; adjoint code only with `backward`), made once per signature.
+    """A copy of `kernel` with concrete argument types in a small Warp module (no adjoint
+    code unless `backward`), made once per signature.
 
     The types come from `annotations` (overrides of the kernel's own annotations, e.g. one
     ``wp.overload`` signature) or are inferred from the launch arguments `args`. A module of
     generic kernels with every (scalar type, dimension) overload declared compiles all of
-    them, with adjoints, the first time any one is launched; the copy compiles only the one
-    the launch needs (`warpSPHCore.precompile` builds the same copies ahead of time)."""
-    names = list(kernel.adj.arg_types.keys())
-    if annotations is not None:
-        resolved = {**kernel.adj.arg_types, **annotations}
-    elif kernel.is_generic:
-        resolved = dict(zip(names, kernel.infer_argument_types(list(args)), strict=True))
-    else:
-        resolved = dict(kernel.adj.arg_types)
-    key = (kernel.module.name, kernel.key, bool(backward),
-           tuple(wp.types.type_repr(resolved[n]) for n in names))
+    them, with adjoints, the first time any one is launched; the copy compiles only what the
+    launch needs (`warpSPHCore.precompile` builds the same copies ahead of time).
+
+    Grouping: when the kernel's Python module declares ``CONCRETE_SIGNATURES`` (the
+    neighbour search) and the signature is one of them, the copies of every declared
+    signature with the same (dimension, scalar type) tag share one module, built on the
+    first request: a search launches several of them in a row, and one compile of the group
+    costs less than one per kernel (about 0.4 s of a cold first search on 2 cores). Other
+    kernels get a module of their own (``module="unique"``)."""
+    resolved = _resolvedTypes(kernel, annotations, args)
+    key = _concreteKey(kernel, resolved, backward)
     found = _CONCRETE.get(key)
     if found is not None:
         return found
     with _CONCRETE_LOCK:
         found = _CONCRETE.get(key)
         if found is None:
-            fn = kernel.func
-            label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
-            name = f"warpSPHCore_{label}_{kernel.key}_{_shortName(resolved)}"
-            if backward:
-                name += "_adj"
-            copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
-                                      fn.__closure__)
-            copy.__qualname__ = name
-            copy.__annotations__ = dict(resolved)
-            found = wp.kernel(copy, enable_backward=bool(backward), module="unique")
-            _CONCRETE[key] = found
+            group = None if backward else _declaredGroup(kernel, resolved, key)
+            if group is None:
+                found = _concreteCopy(kernel, resolved, backward, "unique")
+                _CONCRETE[key] = found
+            else:
+                moduleName, members = group
+                for memberKey, member, memberTypes in members:
+                    if memberKey not in _CONCRETE:
+                        _CONCRETE[memberKey] = _concreteCopy(member, memberTypes, False,
+                                                             moduleName)
+                found = _CONCRETE[key]
     return found
+
+
+def _resolvedTypes(kernel, annotations, args) -> dict:
+    names = list(kernel.adj.arg_types.keys())
+    if annotations is not None:
+        return {**kernel.adj.arg_types, **annotations}
+    if kernel.is_generic:
+        return dict(zip(names, kernel.infer_argument_types(list(args)), strict=True))
+    return dict(kernel.adj.arg_types)
+
+
+def _concreteKey(kernel, resolved: dict, backward: bool) -> tuple:
+    return (kernel.module.name, kernel.key, bool(backward),
+            tuple(wp.types.type_repr(resolved[n]) for n in kernel.adj.arg_types))
+
+
+def _concreteCopy(kernel, resolved: dict, backward: bool, module):
+    fn = kernel.func
+    label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
+    name = f"warpSPHCore_{label}_{kernel.key}_{_shortName(resolved)}"
+    if backward:
+        name += "_adj"
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
+                              fn.__closure__)
+    copy.__qualname__ = name
+    copy.__annotations__ = dict(resolved)
+    return wp.kernel(copy, enable_backward=bool(backward), module=module)
+
+
+def _declaredGroup(kernel, resolved: dict, key: tuple):
+    """``(module name, [(key, kernel, types)])`` of the declared signatures sharing the
+    (dimension, scalar type) tag of `resolved` (`concreteKernel`), or None when `kernel`'s
+    Python module declares none or the signature is not among them."""
+    pyModule = sys.modules.get(getattr(kernel.func, "__module__", ""), None)
+    signatures = getattr(pyModule, "CONCRETE_SIGNATURES", None)
+    if not signatures:
+        return None
+    tag = _shortName(resolved)
+    members = []
+    for member, signature in signatures:
+        types_ = {**member.adj.arg_types, **signature}
+        if _shortName(types_) == tag:
+            members.append((_concreteKey(member, types_, False), member, types_))
+    if not any(k == key for k, _, _ in members):
+        return None
+    label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
+    return f"warpSPHCore_{label}_kernels_{tag}_group", members
 
 
 def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
