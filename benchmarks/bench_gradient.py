@@ -4,7 +4,11 @@ the library-function floor and a pure-torch edge-list implementation, same CSR, 
 1. Throughput, 2D 16384 and 3D 32768 (jittered periodic lattices, Wendland2, ~50 neighbours,
    CSR list), a scalar field, Naive scheme with V_j = m_j / rho_j, gradients w.r.t. the
    values and the positions:
-   * ours: `warpOperation(Gradient)` forward, then `backward` of a fixed seed;
+   * ours: `warpOperation(Gradient)` forward, then `backward` of a fixed seed; the forward
+     alone (no grad) repeated on the same state and values, as a loop at fixed inputs (from
+     the third call a call plan replays it, `autograd.callPlan`), and, in the row "fwd, new
+     inputs", with new tensors and state every call (the full call path of a simulation
+     step);
    * lean: `lean.leanGradient`, the same sum written out by hand (plain arrays, Wendland2
      written out, dimension and scalar type fixed; `benchmarks/lean.py`), recorded on a
      `wp.Tape` whose `backward` (Warp's generated adjoint) gives the same two gradients. This
@@ -52,8 +56,10 @@ from warpSPHCore import (  # noqa: E402
     WarpOperation,
     radiusSearchCompactHashMap,
 )
+
+# through the package: the access registers grad W's custom adjoint (the floor is taped)
+from warpSPHCore.kernels import sphKernelGradient  # noqa: E402
 from warpSPHCore.kernels.constants import C_D  # noqa: E402
-from warpSPHCore.kernels.evaluation import sphKernelGradient  # noqa: E402
 from warpSPHCore.kernels.geometry import computeDistanceVec  # noqa: E402
 from warpSPHCore.operations import warpOperation  # noqa: E402
 from warpSPHCore.util.precision import warpScalar, warpVector  # noqa: E402
@@ -127,11 +133,20 @@ def oursRunner(p, dom, adj, props, f, seed):
         out.backward(seed)
         return out.detach(), pos.grad, vals.grad
 
+    # the no-grad forward repeated on the same objects (as a user's loop at fixed inputs, and
+    # as the Density benchmark): from the third call it is replayed from its call plan
+    qFixed = ParticleState(p.positions, p.supports, p.masses, p.kinds, p.densities)
+
     def fwdOnly():
+        with torch.no_grad():
+            return warpOperation(qFixed, props, dom, queryValues=f, adjacency=adj)
+
+    def fwdOnlyNew():
+        """New tensors and state every call (a simulation step): the full call path."""
         with torch.no_grad():
             return forward(grad=False)[0]
 
-    return fwdBwd, fwdOnly
+    return fwdBwd, fwdOnly, fwdOnlyNew
 
 
 def floorRunner(p, dom, adj, f, seed, device):
@@ -273,7 +288,7 @@ def main(argv=None) -> int:
     results["throughput"] = {}
     for side, d in ((128, 2), (32, 3)):
         p, dom, adj, props, f, seed = setup(side, d, device, dtype)
-        ours, oursFwd = oursRunner(p, dom, adj, props, f, seed)
+        ours, oursFwd, oursFwdNew = oursRunner(p, dom, adj, props, f, seed)
         lean, leanFwd = leanRunner(p, dom, adj, f, seed, device)
         floor, floorFwd = floorRunner(p, dom, adj, f, seed, device)
         tor, torFwd, _ = torchRunner(p, dom, adj, f, seed)
@@ -282,12 +297,14 @@ def main(argv=None) -> int:
                  for name, fn in (("lean", lean), ("libfloor", floor), ("torch", tor))}
         # Interleaved rounds (each implementation once per round, medians over rounds): slow
         # drifts of a shared machine hit every implementation alike.
-        impls = {"ours": (ours, oursFwd), "lean": (lean, leanFwd),
+        impls = {"ours": (ours, oursFwd), "ours_new": (lambda: None, oursFwdNew),
+                 "lean": (lean, leanFwd),
                  "libfloor": (floor, floorFwd), "torch": (tor, torFwd)}
         rows = _interleavedMedians(impls, args.repeats, device)
         results["throughput"][f"{d}D"] = {
             "N": int(p.positions.shape[0]), "pairs": int(adj.i.numel()), "rows": rows,
             "fwd_ratio_lean": rows["ours"]["fwd_ms"] / rows["lean"]["fwd_ms"],
+            "fwd_new_ratio_lean": rows["ours_new"]["fwd_ms"] / rows["lean"]["fwd_ms"],
             "fwd_bwd_ratio_lean": rows["ours"]["fwd_bwd_ms"] / rows["lean"]["fwd_bwd_ms"],
             "fwd_ratio_libfloor": rows["ours"]["fwd_ms"] / rows["libfloor"]["fwd_ms"],
             "fwd_bwd_ratio_libfloor": rows["ours"]["fwd_bwd_ms"] / rows["libfloor"]["fwd_bwd_ms"],
@@ -298,7 +315,7 @@ def main(argv=None) -> int:
 
     # 2. memory saved for backward, 3D 32768 float32
     p3, dom3, adj3, props3, f3, seed3 = setup(32, 3, device, torch.float32)
-    ours3, _ = oursRunner(p3, dom3, adj3, props3, f3, seed3)
+    ours3, _, _ = oursRunner(p3, dom3, adj3, props3, f3, seed3)
     _, _, torForward3 = torchRunner(p3, dom3, adj3, f3, seed3)
     edges = int(adj3.i.numel())
     oursSaved = savedBytes(ours3)
@@ -321,6 +338,9 @@ def main(argv=None) -> int:
             print(f"{key + ' ' + str(t['N']) + ' ' + label:24s} {r['ours'][col]:8.2f} "
                   f"{r['lean'][col]:8.2f} {r['libfloor'][col]:8.2f} {r['torch'][col]:8.2f} "
                   f"{t[ratio]:9.2f} {target:>7s}")
+        print(f"{key + ' ' + str(t['N']) + ' fwd, new inputs':24s} "
+              f"{r['ours_new']['fwd_ms']:8.2f} {r['lean']['fwd_ms']:8.2f} {'':8s} {'':8s} "
+              f"{t['fwd_new_ratio_lean']:9.2f}")
         fmt = ", ".join
         print(f"  {key} max relative difference vs ours (out, d/dx, d/df): " + "; ".join(
             f"{name} " + fmt(f"{v:.1e}" for v in vals)

@@ -28,9 +28,9 @@ Host functions (float64, no device work):
 * `densityCorrection`: `applyDensityCorrection`, `selfTermW0`, `densityCorrectionConstants`.
 """
 
-from .densityCorrection import applyDensityCorrection, densityCorrectionConstants, selfTermW0
 from . import evaluation as _evaluation
 from . import support as _support
+from .densityCorrection import applyDensityCorrection, densityCorrectionConstants, selfTermW0
 from .geometry import checkDirectionality_i, checkDirectionality_j, computeDistanceVec
 from .lattice import (
     epsteinZeta,
