@@ -218,7 +218,8 @@ def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
     threads = getattr(spec.jvp, "geometryThreads", None)
     numThreads = int(_resolve(threads, ctx, extras)) if threads is not None else None
     return launchGeometryJVP(kernel, ctx, t, _rawShape(spec, ctx, extras),
-                             warpScalar(ctx.query.positions.dtype), scalars, numThreads)
+                             warpScalar(ctx.query.positions.dtype), scalars, numThreads,
+                             specialize=spec.jvp.geometrySpecialize)
 
 
 # --------------------------------------------------------------------------------------

@@ -20,11 +20,13 @@ from warpSPHCore import (
     GradientScheme,
     KernelFunctions,
     ParticleState,
+    ParticleTangentState,
     SupportScheme,
     WarpOperation,
 )
 from warpSPHCore.autograd.specialize import setSpecialization, specializationEnabled
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operationsJVP import warpOperationJVP
 from warpSPHCore.operators import _specialized
 
 pytestmark = pytest.mark.usefixtures("specialized")  # conftest: on for this module
@@ -59,6 +61,7 @@ def _cases(n: int, salt: int):
 DENSITY_CASES = _cases(len(KERNELS), 0)
 GRADIENT_CASES = _cases(len(KERNELS), 1)
 REVERSE_CASES = _cases(6, 2)
+JVP_CASES = _cases(6, 3)
 
 
 def _ids(cases):
@@ -81,7 +84,8 @@ def _compileCoveringDesign():
     for cases, builders in ((DENSITY_CASES, (_specialized._densityKernel,)),
                             (GRADIENT_CASES, (_specialized._gradientKernel,)),
                             (REVERSE_CASES, (_specialized._gradientKernel,
-                                             _specialized._gradientVJPKernel))):
+                                             _specialized._gradientVJPKernel)),
+                            (JVP_CASES, (_specialized._gradientJVPKernel,))):
         for c in cases:
             scalar = wp.float64 if c["dtype"] == torch.float64 else wp.float32
             cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
@@ -107,6 +111,8 @@ def test_covering_design_covers_every_option():
         assert {c["calibrate"] for c in cases} == {True, False}, cases
         assert {c["periodic"] for c in cases} == {True, False}
     assert {c["scheme"] for c in GRADIENT_CASES} == set(SCHEMES)
+    assert {c["d"] for c in JVP_CASES} == {1, 2, 3}
+    assert {c["traversal"] for c in JVP_CASES} == set(TRAVERSALS)
 
 
 def _setup(c, device, n=60, seed=3):
@@ -214,6 +220,43 @@ def test_gradient_reverse_specialized_matches_generic(device, c):
                for name, cfg in _specialized._BUILT)
     for x, y in zip(a, b):
         _assertClose(x, y, c["dtype"])
+
+
+@pytest.mark.parametrize("c", JVP_CASES, ids=_ids(JVP_CASES))
+def test_gradient_jvp_specialized_matches_generic(device, c):
+    """The Gradient's forward-mode kernel specialised on the configuration, against the
+    generic one: position tangents alone, then with value, mass and density tangents (the
+    coefficient's tangent); a support tangent takes the generic kernel."""
+    q, dom, adj = _setup(c, device)
+    pr = _calProps(WarpOperation.Gradient, c, gradientMode=c["scheme"])
+    n = q.positions.shape[0]
+    gen = torch.Generator().manual_seed(11)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype=c["dtype"],
+                                                                          device=device)
+
+    f, v, tf, tm, trho = rnd(n), rnd(n, c["d"]), rnd(n), rnd(n), rnd(n)
+    before = {(name, cfg) for name, cfg in _specialized._BUILT}
+    cases = ((ParticleTangentState(positions=v), None, None),
+             (ParticleTangentState(positions=v, densities=trho),
+              ParticleTangentState(positions=v, masses=tm, densities=trho), tf))
+    for tq, tr, values in cases:
+        a, b = _bothRoutes(lambda tq=tq, tr=tr, tv=values: warpOperationJVP(
+            q, pr, dom, queryValues=f, tangentQueryValues=tv, queryTangentState=tq,
+            referenceTangentState=tr, adjacency=adj))
+        _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    assert any(name == "gradientJVP" and cfg.kernel == int(c["kernel"])
+               and cfg.dim == c["d"] for name, cfg in _specialized._BUILT)
+    built = {(name, cfg) for name, cfg in _specialized._BUILT}
+    # a support tangent: the specialised kernel declines (no new configuration is built)
+    withSupports = ParticleTangentState(positions=v, supports=rnd(n))
+    a, b = _bothRoutes(lambda: warpOperationJVP(q, pr, dom, queryValues=f,
+                                                queryTangentState=withSupports,
+                                                adjacency=adj))
+    _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    assert {(name, cfg) for name, cfg in _specialized._BUILT} == built
+    assert before <= built
 
 
 def test_gradient_reverse_specialized_gradcheck(device):

@@ -79,7 +79,7 @@ class GeometryTangents:
 
 
 def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outputDtype=None,
-                      scalarExtras=(), numThreads=None):
+                      scalarExtras=(), numThreads=None, specialize=None):
     """Launch the Tier-2 JVP `kernel` for the primal call `ctx` (`SPHContext`).
 
     Args:
@@ -89,6 +89,8 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         outputShape: the flat output shape; outputDtype: default the call's scalar type.
         scalarExtras: SCALAR kernel arguments after the pack (e.g. the field width).
         numThreads: thread count (default: the output's leading size).
+        specialize: optional factory of the kernel specialised on the call's configuration
+            (`JVPSpec.geometrySpecialize`; its config also says ``supportTangents``).
 
     Returns:
         The output tensor, reverse-differentiable through `StateAwareWarpFunction`.
@@ -145,9 +147,10 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         args.append(makeStruct(packT, fields, use_bundle=use_bundle, key=(d, s, "tangent")))
         return args
 
-    build_state.config = build_primal.config
+    build_state.config = dict(build_primal.config, supportTangents=present[2] or present[3])
     return _launchFlat(kernel, full, build_state, s, tuple(scalarExtras), outputShape,
-                       outputDtype if outputDtype is not None else s, numThreads=numThreads)
+                       outputDtype if outputDtype is not None else s, numThreads=numThreads,
+                       specialize=specialize)
 
 
 def hvp(fn, primals, tangents):

@@ -79,13 +79,18 @@ class ExtraSpec:
 @dataclass(frozen=True)
 class JVPSpec:
     """Forward mode of one operator: the extras eligible for a Tier-1 value tangent (None:
-    geometry tangents only), the Tier-2 `geometryKernel` (`jvpCommon` ABI) and its thread
-    count resolver ``geometryThreads(ctx, extras)`` (None: one thread per output element)."""
+    geometry tangents only), the Tier-2 `geometryKernel` (`jvpCommon` ABI), its thread
+    count resolver ``geometryThreads(ctx, extras)`` (None: one thread per output element)
+    and its per-configuration specialisation ``geometrySpecialize``."""
 
     queryValueExtra: Optional[str] = None
     referenceValueExtra: Optional[str] = None
     geometryKernel: Any = None
     geometryThreads: Any = None
+    #: optional factory ``(config) -> kernel | None`` of the geometry kernel specialised on a
+    #: call's configuration (`autograd.specialize`; the config also carries
+    #: ``supportTangents``), used for the untaped launches
+    geometrySpecialize: Any = None
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,11 @@ results are bitwise identical without periodic axes and agree to rounding with t
 (tests/test_specialized.py asserts both).
 
 Covered: Density (every configuration: it reads no correction), Gradient without CRK and
-renormalization (grad-h and volumes enter through `fieldCoefficient_ij`), and the
-Gradient's hand-written reverse kernel (the same kernel body, compiled per configuration).
+renormalization (grad-h and volumes enter through `fieldCoefficient_ij`), the Gradient's
+hand-written reverse kernel (the same kernel body, compiled per configuration) and the
+Gradient's forward-mode (Tier-2) kernel without support tangents (dG_ij = H_ij dx_ij from
+the same specialised evaluation as the reverse kernel's H u; the coefficient and its tangent
+are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values).
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
@@ -52,10 +55,11 @@ from ..neighborhood.traversal import (
     getIndexRange,
     gridQueryCell,
 )
-from ._coefficients import fieldCoefficientOf, gradientPairVJP_ij
+from ._coefficients import fieldCoefficientJVP_ij, fieldCoefficientOf, gradientPairVJP_ij
+from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
-           "gradientVJPSpecialized", "specializedKernelCount"]
+           "gradientVJPSpecialized", "gradientJVPSpecialized", "specializedKernelCount"]
 
 # kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
 # test admits every kind (checkDirectionality_j)
@@ -379,3 +383,59 @@ def gradientVJPSpecialized(config: dict):
     (no CRK, renormalization or grad-h; `gradient._reverseEligible`)."""
     cfg = configurationOf(config)
     return None if cfg is None else _gradientVJPKernel(cfg)
+
+
+@functools.cache
+def _gradientJVPKernel(cfg: Configuration):
+    """The Gradient's Tier-2 JVP kernel (`gradient.gradientJVPKernel`, the `jvpCommon` ABI)
+    for one configuration, without support tangents: per pair dc_ij G_ij + c_ij H_ij dx_ij
+    with (G, H dx) from `kernels.specialized` (`gradVJP_ij` with u = dx: H is symmetric)."""
+    if cfg.gradientScheme:
+        return _gradientJVPKernel(dataclasses.replace(cfg, gradientScheme=0))
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    T = structFor("tangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("gradientJVP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, t: T):
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        Gv, Hdx, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], dx)
+        c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
+        res = c * Hdx
+        if coefficientTangentPresent(t):
+            res = dc * Gv + res
+        return res
+
+    rowSum = _neighborSum(pair, cfg, True, T)
+    admitted = _queryAdmitted(cfg)
+
+    def gradientJVP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                    tangents: T, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        a = tid - i * fieldWidth
+        val = V()
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties, tangents)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        base = tid * wp.static(D)
+        for delta in range(wp.static(D)):
+            out[base + delta] = val[delta]
+
+    return _kernel(gradientJVP, "gradientJVP", cfg)
+
+
+def gradientJVPSpecialized(config: dict):
+    """`JVPSpec.geometrySpecialize` of the Gradient: calls without CRK, renormalization and
+    support tangents (``config["supportTangents"]``, set by `jvpCommon.launchGeometryJVP`)."""
+    if (config["useCRK"] or config["useGradientRenormalization"]
+            or config.get("supportTangents", True)):
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _gradientJVPKernel(cfg)

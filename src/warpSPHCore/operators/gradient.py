@@ -60,7 +60,7 @@ from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij, gradientPairVJP_ij
-from ._specialized import gradientSpecialized, gradientVJPSpecialized
+from ._specialized import gradientJVPSpecialized, gradientSpecialized, gradientVJPSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -284,7 +284,8 @@ GRADIENT_SPEC = OperatorSpec(
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     numThreads=_numThreads,
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
-                geometryKernel=gradientJVPKernel, geometryThreads=_numThreads),
+                geometryKernel=gradientJVPKernel, geometryThreads=_numThreads,
+                geometrySpecialize=gradientJVPSpecialized),
     reverse=GRADIENT_REVERSE,
     specialize=gradientSpecialized,
 )
