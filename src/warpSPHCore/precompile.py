@@ -54,7 +54,8 @@ def _modulesOf(short: str, dims, scalars) -> list:
 
 
 def _specializedModules(operators, dims, scalars, kernels) -> list:
-    """The specialised Density/Gradient kernels (`operators._specialized`) of the default
+    """The specialised Density/Gradient kernels (`operators._specialized`: the Gradient's
+    forward, reverse and forward-mode kernels) of the default
     call configuration (Gather supports, kind mode AllToAll-with-ghosts 9, no calibration,
     CSR and grid; Naive gradient scheme) for each smoothing kernel in `kernels`, dimension
     and scalar type."""
@@ -71,7 +72,8 @@ def _specializedModules(operators, dims, scalars, kernels) -> list:
                     if "Gradient" in wanted:
                         naive = dataclasses.replace(cfg, gradientScheme=1)
                         out += [sp._gradientKernel(naive).module,
-                                sp._gradientVJPKernel(cfg).module]
+                                sp._gradientVJPKernel(cfg).module,
+                                sp._gradientJVPKernel(cfg).module]
     return out
 
 
