@@ -305,26 +305,37 @@ def _gradientKernel(cfg: Configuration):
         c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False)
         return c * pk.gradW_ij(x_ij, h_i, r.supports[j])
 
+    return _vectorRowKernel("gradient", cfg, pair, X)
+
+
+def _vectorRowKernel(name: str, cfg: Configuration, pair, X):
+    """A kernel with the Gradient's ABI: thread (i, a) sums the d-vector `pair` over the
+    references of query i (CSR or grid, by the configuration) and stores it at
+    ``out[(i F + a) d + delta]``; `X` is the type of the argument after the eight states (the
+    values, or the tangent pack of the forward-mode kernel)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
     rowSum = _neighborSum(pair, cfg, True, X)
     admitted = _queryAdmitted(cfg)
 
-    def gradient(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                 adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                 values: wp.array(dtype=S), fieldWidth: wp.int32, out: wp.array(dtype=S)):
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               extra: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
         tid = wp.tid()
         i = tid / fieldWidth
         a = tid - i * fieldWidth
         val = V()
         if admitted(queryState.kinds[i]):
             val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, values)
+                         referenceState, domainState, correctionData, kernelProperties, extra)
             if wp.static(cfg.calibrate):
                 val = val * kernelProperties.normalizationCoefficient
         base = tid * wp.static(D)
         for delta in range(wp.static(D)):
             out[base + delta] = val[delta]
 
-    return _kernel(gradient, "gradient", cfg)
+    return _kernel(kernel, name, cfg)
 
 
 def gradientSpecialized(config: dict):
@@ -409,26 +420,7 @@ def _gradientJVPKernel(cfg: Configuration):
             res = dc * Gv + res
         return res
 
-    rowSum = _neighborSum(pair, cfg, True, T)
-    admitted = _queryAdmitted(cfg)
-
-    def gradientJVP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                    tangents: T, fieldWidth: wp.int32, out: wp.array(dtype=S)):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        a = tid - i * fieldWidth
-        val = V()
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, tangents)
-            if wp.static(cfg.calibrate):
-                val = val * kernelProperties.normalizationCoefficient
-        base = tid * wp.static(D)
-        for delta in range(wp.static(D)):
-            out[base + delta] = val[delta]
-
-    return _kernel(gradientJVP, "gradientJVP", cfg)
+    return _vectorRowKernel("gradientJVP", cfg, pair, T)
 
 
 def gradientJVPSpecialized(config: dict):
