@@ -1,0 +1,41 @@
+"""Weakly compressible SPH toolkit (issue 16), built on the public operators and the
+neighbour search: physics terms, time integration and, in later steps, walls, the fused
+momentum operator, differentiable rollouts and the validation cases (docs/fluids.md).
+
+Everything here is torch code on tensors (or the library's operators): differentiable in
+reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host syncs
+(time-step limits are returned as 0-dim tensors, never read back).
+
+* `eos`: equations of state (Tait/Cole, linear), their inverses and sound speeds.
+* `timestep`: the CFL, viscous and body-force limits of the time step.
+* `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
+  predictor-corrector step for the (positions, velocities, densities) state.
+"""
+
+from .eos import (
+    linearDensity,
+    linearPressure,
+    linearSoundSpeed,
+    referenceSoundSpeed,
+    taitDensity,
+    taitPressure,
+    taitSoundSpeed,
+)
+from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector, symplecticEuler
+from .timestep import stableTimeStep
+
+__all__ = [
+    "taitPressure",
+    "taitDensity",
+    "taitSoundSpeed",
+    "linearPressure",
+    "linearDensity",
+    "linearSoundSpeed",
+    "referenceSoundSpeed",
+    "stableTimeStep",
+    "FluidState",
+    "Rates",
+    "symplecticEuler",
+    "kickDriftKick",
+    "predictorCorrector",
+]
