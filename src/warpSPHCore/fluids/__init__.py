@@ -7,6 +7,9 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
 (time-step limits are returned as 0-dim tensors, never read back).
 
 * `eos`: equations of state (Tait/Cole, linear), their inverses and sound speeds.
+* `terms`: the symmetric pressure acceleration, Morris laminar viscosity, delta-SPH density
+  diffusion (Molteni & Colagrossi), the continuity density rate and body forces, each one
+  operator call.
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
   predictor-corrector step for the (positions, velocities, densities) state.
@@ -22,6 +25,13 @@ from .eos import (
     taitSoundSpeed,
 )
 from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector, symplecticEuler
+from .terms import (
+    bodyAcceleration,
+    continuityDensityRate,
+    densityDiffusion,
+    laminarViscosity,
+    pressureAcceleration,
+)
 from .timestep import stableTimeStep
 
 __all__ = [
@@ -32,6 +42,11 @@ __all__ = [
     "linearDensity",
     "linearSoundSpeed",
     "referenceSoundSpeed",
+    "pressureAcceleration",
+    "laminarViscosity",
+    "densityDiffusion",
+    "continuityDensityRate",
+    "bodyAcceleration",
     "stableTimeStep",
     "FluidState",
     "Rates",

@@ -1,0 +1,179 @@
+"""Physics terms of weakly compressible SPH built from the public operators (issue 16, item 1).
+
+Each is one operator call and a scaling; with ``x_ij = x_i - x_j``, ``G_ij = grad_i W_ij``,
+``V_j = m_j / rho_j`` and the pair sums over the references that the call's kind mode admits:
+
+========================  ==================================================================
+`pressureAcceleration`    a_i = - sum_j m_j (p_i / rho_i^2 + p_j / rho_j^2) G_ij
+                          (the symmetric form, Monaghan 1992, Annu. Rev. Astron. Astrophys.
+                          30: 543-574): the Gradient with the Symmetric scheme over rho_i
+`laminarViscosity`        a_i = (2 mu / rho_i) sum_j V_j v_ij (x_ij . G_ij) / r_ij^2
+                          (Morris, Fox & Zhu 1997, J. Comput. Phys. 136: 214-226, for a
+                          constant dynamic viscosity mu): mu / rho_i times the Brookshaw
+                          Laplacian of the velocities
+`densityDiffusion`        D_i = delta h c0 sum_j 2 (rho_j - rho_i) V_j (x_ji . G_ij) / r_ij^2
+                          (Molteni & Colagrossi 2009, Comput. Phys. Commun. 180: 861-872):
+                          delta h c0 times the Brookshaw Laplacian of the densities
+`continuityDensityRate`   drho_i/dt = sum_j m_j (v_i - v_j) . G_ij (Monaghan 1992): minus
+                          rho_i times the Difference-scheme Divergence with the consistent
+                          volumes m_j / rho_i
+`bodyAcceleration`        a_i = g for every particle
+========================  ==================================================================
+
+r_ij^2 is the library's Brookshaw denominator (r + 1e-8 h_ij)^2, with pairs at r = 0 skipped
+(`operators.md` §2.6). The regulariser eta^2 = 0.01 h^2 that Morris et al. add to r^2 is
+for coincident particles, which the r > 0 guard already excludes; the fused momentum
+operator of the next step takes it as a parameter (docs/fluids.md). The densities of
+`particles` must be set (every term divides by them or reads V_j).
+
+Every term is differentiable in reverse and forward mode through the operators (and
+composes with `torch.autograd.forward_ad` dual tensors), on the call's device and dtype,
+without host syncs. The smoothing kernel, support scheme and kind mode are those of the
+`OperationProperties` built from the keyword arguments (defaults: Wendland2, Gather, kind
+mode 9: every query, every reference except ghosts).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..dataTypes.operationProperties import OperationProperties
+from ..enumTypes import (
+    GradientScheme,
+    KernelFunctions,
+    LaplacianScheme,
+    SupportScheme,
+    WarpOperation,
+)
+from ..operations import warpOperation
+
+__all__ = ["pressureAcceleration", "laminarViscosity", "densityDiffusion",
+           "continuityDensityRate", "bodyAcceleration"]
+
+
+def _densities(particles, where: str) -> torch.Tensor:
+    rho = getattr(particles, "densities", None)
+    if rho is None:
+        raise ValueError(f"{where}: particles.densities is None; accepted: a ParticleState "
+                         "with densities (e.g. from a Density call)")
+    return rho
+
+
+def _props(op, kernel, supportMode, operationMode, **kw) -> OperationProperties:
+    return OperationProperties(kernel, operation=op, supportMode=supportMode,
+                               operationMode=operationMode, **kw)
+
+
+def pressureAcceleration(particles, pressures, domain, adjacency,
+                         kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                         operationMode=9):
+    """Symmetric pressure acceleration (module table).
+
+    Args:
+        particles: `ParticleState` with densities.
+        pressures: ``[N]`` pressures.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list (`AdjacencyList` or `CompactHashMap`; None: a grid
+            built for the call).
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode (`operators.md` §6).
+
+    Returns:
+        ``[N, d]`` accelerations.
+    """
+    rho = _densities(particles, "pressureAcceleration")
+    props = _props(WarpOperation.Gradient, kernel, supportMode, operationMode,
+                   gradientMode=GradientScheme.Symmetric)
+    grad = warpOperation(particles, props, domain, queryValues=pressures, adjacency=adjacency)
+    return -grad / rho[:, None]
+
+
+def laminarViscosity(particles, velocities, domain, adjacency, dynamicViscosity,
+                     kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                     operationMode=9):
+    """Morris et al. laminar viscosity for a constant dynamic viscosity (module table).
+
+    Args:
+        particles: `ParticleState` with densities.
+        velocities: ``[N, d]`` velocities.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        dynamicViscosity: mu = rho0 nu (a number or a 0-dim tensor, differentiable).
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
+
+    Returns:
+        ``[N, d]`` accelerations.
+    """
+    rho = _densities(particles, "laminarViscosity")
+    props = _props(WarpOperation.Laplacian, kernel, supportMode, operationMode,
+                   gradientMode=GradientScheme.Naive, laplacianMode=LaplacianScheme.Brookshaw)
+    lap = warpOperation(particles, props, domain, queryValues=velocities, adjacency=adjacency)
+    return (dynamicViscosity / rho)[:, None] * lap
+
+
+def densityDiffusion(particles, domain, adjacency, delta, smoothingLength, soundSpeed,
+                     kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                     operationMode=9):
+    """delta-SPH density diffusion of Molteni & Colagrossi (module table), the term added to
+    the density rate.
+
+    Args:
+        particles: `ParticleState` with densities.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        delta: the diffusion coefficient (0.1 in the literature).
+        smoothingLength: h of the term (the particle spacing for this library's supports,
+            docs/fluids.md).
+        soundSpeed: c0.
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
+
+    Returns:
+        ``[N]`` density rates.
+    """
+    rho = _densities(particles, "densityDiffusion")
+    props = _props(WarpOperation.Laplacian, kernel, supportMode, operationMode,
+                   gradientMode=GradientScheme.Naive, laplacianMode=LaplacianScheme.Brookshaw)
+    lap = warpOperation(particles, props, domain, queryValues=rho, adjacency=adjacency)
+    return (delta * smoothingLength * soundSpeed) * lap
+
+
+def continuityDensityRate(particles, velocities, domain, adjacency,
+                          kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                          operationMode=9):
+    """Density rate of the continuity equation, drho_i/dt = sum_j m_j v_ij . G_ij (module
+    table).
+
+    Args:
+        particles: `ParticleState` with densities.
+        velocities: ``[N, d]`` velocities.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
+
+    Returns:
+        ``[N]`` density rates.
+    """
+    rho = _densities(particles, "continuityDensityRate")
+    props = _props(WarpOperation.Divergence, kernel, supportMode, operationMode,
+                   gradientMode=GradientScheme.Difference)
+    div = warpOperation(particles, props, domain, queryValues=velocities, adjacency=adjacency,
+                        consistentDivergence=True)
+    return -rho * div
+
+
+def bodyAcceleration(gravity, like: torch.Tensor) -> torch.Tensor:
+    """The body-force acceleration g for every particle: ``[N, d]`` shaped, typed and placed
+    like `like` (the positions); `gravity` is a length-d sequence or tensor (a tensor keeps
+    its gradient)."""
+    g = torch.as_tensor(gravity, dtype=like.dtype, device=like.device)
+    if g.shape != (like.shape[-1],):
+        raise ValueError(f"bodyAcceleration: gravity has shape {tuple(g.shape)}; accepted: "
+                         f"({like.shape[-1]},) (one component per dimension)")
+    return g.expand(like.shape[0], -1)
