@@ -15,7 +15,8 @@ f_i and f_j divided, consistent volumes):
   once) against central differences of its value function, evaluated in float64;
 * the adjoint identity <u, J v> = <J^T u, v> for each JVP/VJP pair (`fieldCoefficientJVP_ij` /
   `fieldCoefficientVJP_ij`, `apparentVolumeJVP_j` / `apparentVolumeVJP_j`), in the VJPs' scope
-  (no grad-h).
+  (no grad-h), and for the Gradient's whole pair adjoint `gradientPairVJP_ij` (the adjoint of
+  c_ij G_ij with given H and dG/dh, against dc G + c (H dx_ij + dG/dh_i dh_i + dG/dh_j dh_j)).
 
 The support scheme does not enter any coefficient; it is swept so that the kernel-state struct
 of every support mode reaches the functions unchanged. The structs are built as the operator
@@ -53,6 +54,7 @@ from warpSPHCore.operators._coefficients import (
     fieldCoefficient_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientVJP_ij,
+    gradientPairVJP_ij,
     laplacianDifference_ij,
     laplacianDifferenceJVP_ij,
     laplacianScale_ij,
@@ -108,8 +110,32 @@ def _pairCoefficients(q: Any, r: Any, corr: Any, ks: Any, t: Any, p: Any,
         apparentVolumeVJP_j(r, corr, j, u[n], p)
 
 
+@wp.kernel
+def _gradientPairAdjoint(q: Any, r: Any, corr: Any, ks: Any, p: Any,
+                         pairs: wp.array(dtype=wp.int32), F: wp.int32, u: wp.array(dtype=Any),
+                         G: wp.array(dtype=Any), H: wp.array(dtype=Any),
+                         dGdh_i: wp.array(dtype=Any), dGdh_j: wp.array(dtype=Any),
+                         out: wp.array(dtype=Any)):
+    """Thread n: `gradientPairVJP_ij` of pair (i, j, a) for the row cotangent u[n], with the
+    pair's G, H u and u . dG/dh formed from the given G[n], H[n], dG/dh_i[n], dG/dh_j[n];
+    out[n] = the returned x_i adjoint."""
+    n = wp.tid()
+    un = u[n]
+    out[n] = gradientPairVJP_ij(pairs[3 * n], pairs[3 * n + 1], pairs[3 * n + 2], F, q, r,
+                                corr, ks, p, un, G[n], H[n] * un, wp.dot(un, dGdh_i[n]),
+                                wp.dot(un, dGdh_j[n]))
+
+
 for _s in (wp.float32, wp.float64):
     for _d in (1, 2, 3):
+        _V = wp.types.vector(length=_d, dtype=_s)
+        wp.overload(_gradientPairAdjoint, {
+            "q": structFor("particle", _d, _s), "r": structFor("particle", _d, _s),
+            "corr": structFor("correction", _d, _s), "ks": structFor("kernelState", _d, _s),
+            "p": structFor("cotangent", _d, _s), "u": wp.array(dtype=_V),
+            "G": wp.array(dtype=_V), "H": wp.array(dtype=wp.types.matrix((_d, _d), _s)),
+            "dGdh_i": wp.array(dtype=_V), "dGdh_j": wp.array(dtype=_V),
+            "out": wp.array(dtype=_V)})
         wp.overload(_pairCoefficients, {
             "q": structFor("particle", _d, _s), "r": structFor("particle", _d, _s),
             "corr": structFor("correction", _d, _s), "ks": structFor("kernelState", _d, _s),
@@ -189,8 +215,24 @@ def _inputs(d, variant, seed):
 def _launch(case, variant, device, fixed, x, v, pairs, u, dtype, vjp=0):
     """Evaluate the kernel on inputs cast to `dtype`; returns (out [NPAIRS, 10], the reverse
     pack's gradient buffers by input name, or None)."""
+    qs, rs, corr, ks, t, p, grads, view, cast = _packs(case, variant, device, fixed, x, v,
+                                                       dtype)
+    out = torch.zeros(NPAIRS * NOUT, dtype=dtype, device=device)
+    dev = warpDevice(device)
+    wp.launch(_pairCoefficients, dim=NPAIRS,
+              inputs=[qs, rs, corr, ks, t, p, view(pairs.to(device).reshape(-1).contiguous()),
+                      F, VARIANTS[variant][4], VARIANTS[variant][3], vjp, view(cast(u))],
+              outputs=[view(out)], device=dev)
+    wp.synchronize_device(dev)
+    out = out.reshape(NPAIRS, NOUT).to(F64).cpu()
+    return out, ({k: g.to(F64).cpu() for k, g in grads.items()} if vjp else None)
+
+
+def _packs(case, variant, device, fixed, x, v, dtype):
+    """The structs of one evaluation on inputs cast to `dtype`: (q, r, corr, ks, the tangent
+    pack, the reverse pack, its gradient buffers by input name, view, cast)."""
     scheme, support, d, _ = case
-    volumes, densities, gradH, divideQuery, consistent = VARIANTS[variant]
+    volumes, densities, gradH, _, _ = VARIANTS[variant]
     s = wp.float64 if dtype == F64 else wp.float32
 
     def cast(t):
@@ -255,16 +297,7 @@ def _launch(case, variant, device, fixed, x, v, pairs, u, dtype, vjp=0):
         setattr(p, flag, xx[key] is not None)
     for flag in ("hasQPositions", "hasQSupports", "hasRPositions", "hasRSupports"):
         setattr(p, flag, False)
-
-    out = torch.zeros(NPAIRS * NOUT, dtype=dtype, device=device)
-    dev = warpDevice(device)
-    wp.launch(_pairCoefficients, dim=NPAIRS,
-              inputs=[qs, rs, corr, ks, t, p, view(pairs.to(device).reshape(-1).contiguous()),
-                      F, consistent, divideQuery, vjp, view(cast(u))],
-              outputs=[view(out)], device=dev)
-    wp.synchronize_device(dev)
-    out = out.reshape(NPAIRS, NOUT).to(F64).cpu()
-    return out, ({k: g.to(F64).cpu() for k, g in grads.items()} if vjp else None)
+    return qs, rs, corr, ks, t, p, grads, view, cast
 
 
 def _reference(case, variant, fixed, x, pairs):
@@ -364,3 +397,77 @@ def test_pair_coefficients(device, monkeypatch, scheme, support, d, dtype):
             scale = float((u * out[:, tanCol]).abs().sum())
             assert abs(lhs - rhs) <= (1e-5 if f32 else 1e-12) * max(scale, 1e-30), (
                 f"{tag} VJP {vjp}: <u, Jv> = {lhs!r}, <J^T u, v> = {rhs!r}")
+
+
+@pytest.mark.parametrize("scheme, support, d, dtype", CASES)
+def test_gradient_pair_vjp_adjoint_identity(device, scheme, support, d, dtype):
+    """<u, J v> = <J^T u, v> for the Gradient's pair term c_ij[a] G_ij (a d-vector per pair)
+    over every input the reverse kernel differentiates: values, masses, densities, reference
+    volumes (through c_ij: `fieldCoefficientJVP_ij` gives dc), x_i, x_j and h_i, h_j (through
+    G_ij, with random symmetric H and dG/dh given to both sides). In the reverse kernel's
+    scope: no grad-h, non-consistent volumes."""
+    case = (scheme, support, d, dtype)
+    f32 = dtype == torch.float32
+    for k, variant in enumerate(("masses", "volumes", "volumesNoDensities")):
+        seed = 1000 + 100 * d + 10 * int(scheme) + k
+        fixed, x, v, pairs, _ = _inputs(d, variant, seed)
+        g = torch.Generator().manual_seed(seed + 1)
+        u = torch.randn(NPAIRS, d, generator=g, dtype=F64)
+        G = torch.randn(NPAIRS, d, generator=g, dtype=F64)
+        A = torch.randn(NPAIRS, d, d, generator=g, dtype=F64)
+        H = A + A.transpose(1, 2)
+        gi, gj = (torch.randn(NPAIRS, d, generator=g, dtype=F64) for _ in range(2))
+        dxq = torch.randn(NQ, d, generator=g, dtype=F64)
+        dxr = torch.randn(NR, d, generator=g, dtype=F64)
+        dhq = torch.randn(NQ, generator=g, dtype=F64)
+        dhr = torch.randn(NR, generator=g, dtype=F64)
+        if f32:
+            fixed, x, v = ({n: _f32(t) for n, t in a_.items()} for a_ in (fixed, x, v))
+            u, G, H, gi, gj = (_f32(t) for t in (u, G, H, gi, gj))
+        # J v: dc G + c (H (dx_i - dx_j) + dG/dh_i dh_i + dG/dh_j dh_j), with c and dc from
+        # the coefficient kernel (the values' and the other inputs' tangents together)
+        out, _ = _launch(case, variant, device, fixed, x, v, pairs, torch.zeros(NPAIRS), dtype)
+        c, dc = out[:, CJ], out[:, DC]
+        i, j = pairs[:, 0].long(), pairs[:, 1].long()
+        dG = (torch.einsum("nab,nb->na", H, dxq[i] - dxr[j]) + gi * dhq[i][:, None]
+              + gj * dhr[j][:, None])
+        Jv = dc[:, None] * G + c[:, None] * dG
+        lhs = float((u * Jv).sum())
+
+        # J^T u: the reverse pack scatters into the inputs' buffers, x_i's is returned
+        qs, rs, corr, ks, _, p, grads, view, cast = _packs(case, variant, device, fixed, x,
+                                                           v, dtype)
+        geo = {"rPositions": torch.zeros(NR, d, dtype=dtype, device=device),
+               "qSupports": torch.zeros(NQ, dtype=dtype, device=device),
+               "rSupports": torch.zeros(NR, dtype=dtype, device=device)}
+        vec = wp.types.vector(length=d, dtype=wp.float64 if dtype == F64 else wp.float32)
+        p.rPositions = wp.from_torch(geo["rPositions"], dtype=vec)
+        p.qSupports = view(geo["qSupports"])
+        p.rSupports = view(geo["rSupports"])
+        p.hasRPositions = p.hasQSupports = p.hasRSupports = True
+        mat = wp.types.matrix((d, d), vec._wp_scalar_type_)
+        res = torch.zeros(NPAIRS, d, dtype=dtype, device=device)
+        dev = warpDevice(device)
+
+        def arr(t, dt, cast=cast):
+            return wp.from_torch(cast(t).contiguous(), dtype=dt)
+
+        wp.launch(_gradientPairAdjoint, dim=NPAIRS,
+                  inputs=[qs, rs, corr, ks, p, view(pairs.to(device).reshape(-1).contiguous()),
+                          F, arr(u, vec), arr(G, vec), arr(H, mat), arr(gi, vec),
+                          arr(gj, vec)],
+                  outputs=[wp.from_torch(res, dtype=vec)], device=dev)
+        wp.synchronize_device(dev)
+        rhs = sum(float((gr.to(F64).cpu() * v[n]).sum()) for n, gr in grads.items())
+        gx_i = torch.zeros(NQ, d, dtype=F64).index_add_(0, i, res.to(F64).cpu())
+        rhs += float((gx_i * dxq).sum())
+        rhs += float((geo["rPositions"].to(F64).cpu() * dxr).sum())
+        rhs += float((geo["qSupports"].to(F64).cpu() * dhq).sum())
+        rhs += float((geo["rSupports"].to(F64).cpu() * dhr).sum())
+        scale = float((u * Jv).abs().sum())
+        if scheme == GradientScheme.Symmetric and not VARIANTS[variant][1]:
+            assert scale == 0 and rhs == 0  # c_ij = 0 without densities
+            continue
+        assert scale > 0
+        assert abs(lhs - rhs) <= (1e-5 if f32 else 1e-12) * scale, (
+            f"{scheme.name}/{variant}: <u, Jv> = {lhs!r}, <J^T u, v> = {rhs!r}")
