@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # `make lock` (pip-compile). Used as constraints: what no requirement asks for is not installed.
 LOCK := requirements/constraints.txt
 
-.PHONY: install lock demo test test-all bench census docs lint gpu-check clean
+.PHONY: install lock demo test test-all bench census docs tables lint gpu-check clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ bench: $(STAMP)
 # Whole-repository host-sync census of one simulated step (autodiff.md §15.2).
 census: $(STAMP)
 	$(PY) scripts/benchmarks/count_host_syncs.py --markdown docs/regression/host-syncs.md
+
+# Rewrite the tables that docs/ renders from the operator registry (between the
+# <!-- registry:NAME --> markers); tests/test_registry_docs.py fails when a page is stale.
+tables: $(STAMP)
+	$(PY) scripts/docs/registry_tables.py
 
 # The documentation site in ./site (warnings are errors).
 docs: $(STAMP)
