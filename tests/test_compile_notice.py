@@ -63,6 +63,9 @@ def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
         "2D float32)")
     assert fresh.specializedLabel("warpSPHCore_Search_kernels_2d_f64_group") == (
         "Search kernels (2D float64)")
+    assert fresh.specializedLabel("warpSPHCore_laplacian_k1_gather_m9_l3_grid_3d_f32_ab") == (
+        "Laplacian (kernel 1, gather supports, kind mode 9, Laplacian scheme 3, grid, "
+        "3D float32)")
 
 
 def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):

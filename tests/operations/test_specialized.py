@@ -19,6 +19,7 @@ from sph_reference import cloud, makeDomain, neighbourStructure, props
 from warpSPHCore import (
     GradientScheme,
     KernelFunctions,
+    LaplacianScheme,
     ParticleState,
     ParticleTangentState,
     SupportScheme,
@@ -62,6 +63,8 @@ DENSITY_CASES = _cases(len(KERNELS), 0)
 GRADIENT_CASES = _cases(len(KERNELS), 1)
 REVERSE_CASES = _cases(6, 2)
 JVP_CASES = _cases(6, 3)
+LAPLACIAN_CASES = _cases(len(KERNELS), 4)
+LAPLACIAN_SCHEMES = (LaplacianScheme.Brookshaw, LaplacianScheme.Dot, LaplacianScheme.Default)
 
 
 def _ids(cases):
@@ -85,7 +88,8 @@ def _compileCoveringDesign():
                             (GRADIENT_CASES, (_specialized._gradientKernel,)),
                             (REVERSE_CASES, (_specialized._gradientKernel,
                                              _specialized._gradientVJPKernel)),
-                            (JVP_CASES, (_specialized._gradientJVPKernel,))):
+                            (JVP_CASES, (_specialized._gradientJVPKernel,)),
+                            (LAPLACIAN_CASES, (_specialized._laplacianKernel,))):
         for c in cases:
             scalar = wp.float64 if c["dtype"] == torch.float64 else wp.float32
             cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
@@ -93,7 +97,10 @@ def _compileCoveringDesign():
                                              c["traversal"] == "csr", c["calibrate"])
             for build in builders:
                 scheme = int(c["scheme"]) if build is _specialized._gradientKernel else 0
-                mods.append(build(dataclasses.replace(cfg, gradientScheme=scheme)).module)
+                cfgB = dataclasses.replace(cfg, gradientScheme=scheme)
+                if build is _specialized._laplacianKernel:
+                    cfgB = dataclasses.replace(cfg, laplacianScheme=int(_laplacianScheme(c)))
+                mods.append(build(cfgB).module)
     wp.force_load(device="cpu", modules=list({m.name: m for m in mods}.values()),
                   max_workers=max(1, os.cpu_count() or 1))
     yield
@@ -113,6 +120,9 @@ def test_covering_design_covers_every_option():
     assert {c["scheme"] for c in GRADIENT_CASES} == set(SCHEMES)
     assert {c["d"] for c in JVP_CASES} == {1, 2, 3}
     assert {c["traversal"] for c in JVP_CASES} == set(TRAVERSALS)
+    assert {_laplacianScheme(c) for c in LAPLACIAN_CASES} == set(LAPLACIAN_SCHEMES)
+    assert {c["d"] for c in LAPLACIAN_CASES} == {1, 2, 3}
+    assert {c["support"] for c in LAPLACIAN_CASES} == set(SUPPORTS)
 
 
 def _setup(c, device, n=60, seed=3):
@@ -259,6 +269,45 @@ def test_gradient_jvp_specialized_matches_generic(device, c):
     assert before <= built
 
 
+def _laplacianScheme(c):
+    return LAPLACIAN_SCHEMES[KERNELS.index(c["kernel"]) % len(LAPLACIAN_SCHEMES)]
+
+
+@pytest.mark.parametrize("c", LAPLACIAN_CASES, ids=_ids(LAPLACIAN_CASES))
+def test_laplacian_specialized_matches_generic(device, c):
+    """The Laplacian's forward kernel specialised on the configuration and the geometric
+    scheme, against the generic one, for a scalar field and a d-vector field (Dot: the
+    vector only); Naive and positiveDivergence stay generic."""
+    q, dom, adj = _setup(c, device)
+    lap = _laplacianScheme(c)
+    pr = _calProps(WarpOperation.Laplacian, c, gradientMode=c["scheme"], laplacianMode=lap)
+    n = q.positions.shape[0]
+    gen = torch.Generator().manual_seed(13)
+    fields = [torch.randn(n, c["d"], generator=gen, dtype=torch.float64)]
+    if lap != LaplacianScheme.Dot or c["d"] == 1:
+        fields.append(torch.randn(n, generator=gen, dtype=torch.float64))
+    for f in fields:
+        f = f.to(dtype=c["dtype"], device=device)
+        with torch.no_grad():
+            a, b = _bothRoutes(lambda f=f: warpOperation(q, pr, dom, queryValues=f,
+                                                         adjacency=adj))
+        _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    assert any(name == "laplacian" and cfg.kernel == int(c["kernel"])
+               and cfg.laplacianScheme == int(lap) for name, cfg in _specialized._BUILT)
+
+
+def test_laplacian_naive_and_positive_divergence_stay_generic():
+    config = {"kernelFunction": 1, "supportMode": 11, "operationMode": 9, "dim": 2,
+              "scalar": None, "useAdjacency": True, "calibrateNormalization": False,
+              "useCRK": False, "useGradientRenormalization": False,
+              "positiveDivergenceMode": False, "laplacianMode": 1}
+    assert _specialized.laplacianSpecialized(config) is None
+    config.update(laplacianMode=2, positiveDivergenceMode=True)
+    assert _specialized.laplacianSpecialized(config) is None
+    config.update(positiveDivergenceMode=False, useCRK=True)
+    assert _specialized.laplacianSpecialized(config) is None
+
+
 def test_gradient_reverse_specialized_gradcheck(device):
     """float64 gradcheck through the specialised forward and reverse kernels (periodic grid,
     MeanSymmetric supports, Difference scheme, fluid-only mode)."""
@@ -390,7 +439,9 @@ def test_other_operators_use_their_concrete_overload(device, op):
     q, dom, adj = _setup(c, device)
     f = torch.randn(q.positions.shape[0], generator=torch.Generator().manual_seed(4),
                     dtype=torch.float64).to(device)
-    pr = props(op, kernel=c["kernel"])
+    # the Laplacian's Naive scheme (the analytic kernel Laplacian) has no specialised kernel
+    extra = {"laplacianMode": LaplacianScheme.Naive} if op == WarpOperation.Laplacian else {}
+    pr = props(op, kernel=c["kernel"], **extra)
     with torch.no_grad():
         a, b = _bothRoutes(lambda: warpOperation(q, pr, dom, queryValues=f, adjacency=adj))
     assert b.abs().max() > 0

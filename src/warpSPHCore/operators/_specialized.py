@@ -32,7 +32,10 @@ renormalization (grad-h and volumes enter through `fieldCoefficient_ij`), the Gr
 hand-written reverse kernel (the same kernel body, compiled per configuration) and the
 Gradient's forward-mode (Tier-2) kernel without support tangents (dG_ij = H_ij dx_ij from
 the same specialised evaluation as the reverse kernel's H u; the coefficient and its tangent
-are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values).
+are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values), and
+the Laplacian's forward kernel for the Brookshaw, Dot and Default schemes without CRK,
+renormalization and positiveDivergence (the scheme a constant; q_ij is
+`laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme).
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
@@ -47,6 +50,7 @@ import warp as wp
 from ..autograd.arg_extract import structFor
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.specialized import SPECIALIZED_KERNELS, pairKernels, specialFunction
+from ..kernels.support import computePairwiseSupport
 from ..neighborhood.traversal import (
     KIND_GRID_INDEX_W,
     KIND_NEIGHBOR_INDEX_W,
@@ -55,11 +59,17 @@ from ..neighborhood.traversal import (
     getIndexRange,
     gridQueryCell,
 )
-from ._coefficients import fieldCoefficientJVP_ij, fieldCoefficientOf, gradientPairVJP_ij
+from ._coefficients import (
+    fieldCoefficientJVP_ij,
+    fieldCoefficientOf,
+    gradientPairVJP_ij,
+    laplacianDifference_ij,
+)
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
-           "gradientVJPSpecialized", "gradientJVPSpecialized", "specializedKernelCount"]
+           "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
+           "specializedKernelCount"]
 
 # kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
 # test admits every kind (checkDirectionality_j)
@@ -84,6 +94,8 @@ class Configuration:
     #: `GradientScheme` value of the Gradient's forward kernel; 0 where the kernel does not
     #: depend on it (Density, the Gradient's reverse kernel)
     gradientScheme: int = 0
+    #: `LaplacianScheme` value of the Laplacian's forward kernel; 0 elsewhere
+    laplacianScheme: int = 0
 
     @property
     def tag(self) -> str:
@@ -93,6 +105,7 @@ class Configuration:
         cal = "_cal" if self.calibrate else ""
         sm = _SUPPORT_NAMES.get(self.supportMode, str(self.supportMode))
         g = f"_g{self.gradientScheme}" if self.gradientScheme else ""
+        g += f"_l{self.laplacianScheme}" if self.laplacianScheme else ""
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -431,3 +444,85 @@ def gradientJVPSpecialized(config: dict):
         return None
     cfg = configurationOf(config)
     return None if cfg is None else _gradientJVPKernel(cfg)
+
+
+#: the Laplacian's fixed regularisers (`operators.md` §2.6; as `laplacian._REG_N`, `_REG_DEFAULT`)
+_REG_N = 1.0e-8
+_REG_DEFAULT = 1.0e-12
+
+
+@functools.cache
+def _laplacianKernel(cfg: Configuration):
+    """The Laplacian's forward kernel (`laplacian.laplacianKernel`, thread (i, k), scalar
+    output) for one configuration and geometric scheme (Brookshaw 2, Dot 3, Default 4)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    scheme = cfg.laplacianScheme
+
+    @specialFunction("laplacianDot_" + cfg.tag)
+    def blockDot(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, v: V, q: P, r: P,
+                 corr: C, ks: KS, values: X):
+        """sum_{c < d} q_ij[base + c] v[c] (`laplacian._blockDot`)."""
+        acc = S(0.0)
+        for c in range(wp.static(D)):
+            acc += laplacianDifference_ij(i, j, base + c, F, q, r, corr, ks, values) * v[c]
+        return acc
+
+    @specialFunction("laplacian_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        res = S(0.0)
+        r_ij = wp.length(x_ij)
+        if r_ij > S(0.0):  # the generic kernel's guard (W12)
+            q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, extra)
+            h_j = r.supports[j]
+            h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
+            Gv = pk.gradW_ij(x_ij, h_i, h_j)
+            Dn = r_ij + S(_REG_N) * h_ij
+            n_ij = x_ij / Dn
+            Gn = wp.dot(Gv, n_ij)
+            if wp.static(scheme == 3):
+                base = (k / wp.static(D)) * wp.static(D)
+                qn = blockDot(i, j, base, F, n_ij, q, r, corr, ks, extra)
+                res = (Gn / Dn) * (q_k - S(wp.static(float(D + 2))) * qn * n_ij[k - base])
+            elif wp.static(scheme == 4):
+                res = S(-2.0) * q_k * Gn / (r_ij + S(_REG_DEFAULT) * h_ij)
+            else:
+                res = S(-2.0) * q_k * Gn / Dn
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def laplacian(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                  adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                  values: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        k = tid - i * fieldWidth
+        val = S(0.0)
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties, values)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        out[tid] = val
+
+    return _kernel(laplacian, "laplacian", cfg)
+
+
+def laplacianSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Laplacian: the Brookshaw, Dot and Default schemes
+    without CRK, renormalization (which correct G_ij) and positiveDivergence (a pair
+    selection by the values); Naive (the analytic kernel Laplacian) stays generic."""
+    scheme = int(config["laplacianMode"])
+    if (scheme not in (2, 3, 4) or config["useCRK"] or config["useGradientRenormalization"]
+            or config["positiveDivergenceMode"]):
+        return None
+    cfg = configurationOf(config)
+    if cfg is None:
+        return None
+    return _laplacianKernel(dataclasses.replace(cfg, laplacianScheme=scheme))

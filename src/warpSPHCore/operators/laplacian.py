@@ -86,6 +86,7 @@ from ..kernels.support import (
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import laplacianDifference_ij, laplacianDifferenceJVP_ij
+from ._specialized import laplacianSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -312,4 +313,5 @@ LAPLACIAN_SPEC = OperatorSpec(
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=laplacianJVPKernel),
+    specialize=laplacianSpecialized,
 )

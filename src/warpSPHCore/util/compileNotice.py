@@ -84,6 +84,9 @@ def specializedLabel(moduleName: str) -> str:
             if rest[0][:1] == "g" and rest[0][1:].isdigit():  # the Gradient's scheme
                 scheme = f", gradient scheme {rest[0][1:]}"
                 rest = rest[1:]
+            if rest[0][:1] == "l" and rest[0][1:].isdigit():  # the Laplacian's scheme
+                scheme += f", Laplacian scheme {rest[0][1:]}"
+                rest = rest[1:]
             trav, rest = rest[0], rest[1:]
             cal = ", calibrated" if rest and rest[0] == "cal" else ""
             d, s = rest[-2], rest[-1]
