@@ -13,6 +13,7 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
   predictor-corrector step for the (positions, velocities, densities) state.
+* `rollout`: many kick-drift-kick steps, with optional gradient checkpointing per segment.
 """
 
 from .eos import (
@@ -24,7 +25,15 @@ from .eos import (
     taitPressure,
     taitSoundSpeed,
 )
-from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector, symplecticEuler
+from .integrators import (
+    FluidState,
+    Rates,
+    evaluateRates,
+    kickDriftKick,
+    predictorCorrector,
+    symplecticEuler,
+)
+from .rollout import rollout
 from .terms import (
     bodyAcceleration,
     continuityDensityRate,
@@ -53,4 +62,6 @@ __all__ = [
     "symplecticEuler",
     "kickDriftKick",
     "predictorCorrector",
+    "evaluateRates",
+    "rollout",
 ]

@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["FluidState", "Rates", "symplecticEuler", "kickDriftKick", "predictorCorrector"]
+__all__ = ["FluidState", "Rates", "evaluateRates", "symplecticEuler", "kickDriftKick",
+           "predictorCorrector"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,9 @@ class Rates:
     densityRates: torch.Tensor | None = None
 
 
-def _rates(rateFn, state: FluidState) -> Rates:
+def evaluateRates(rateFn, state: FluidState) -> Rates:
+    """``rateFn(state)``, checked: a `Rates` whose accelerations match the velocities and
+    whose density rates are present exactly when the state carries densities."""
     r = rateFn(state)
     if not isinstance(r, Rates):
         raise TypeError(f"the rate function must return a Rates, got {type(r).__name__}")
@@ -84,7 +87,7 @@ def _advance(rho, drho, dt):
 
 def symplecticEuler(state: FluidState, dt, rateFn) -> FluidState:
     """One semi-implicit (symplectic) Euler step (module table)."""
-    r = _rates(rateFn, state)
+    r = evaluateRates(rateFn, state)
     v = state.velocities + dt * r.accelerations
     return FluidState(state.positions + dt * v, v,
                       _advance(state.densities, r.densityRates, dt), state.time + dt)
@@ -103,12 +106,12 @@ def kickDriftKick(state: FluidState, dt, rateFn, rates: Rates | None = None):
     Returns:
         ``(state at t + dt, rates at the end of the step)``; pass the rates to the next call.
     """
-    r0 = _rates(rateFn, state) if rates is None else rates
+    r0 = evaluateRates(rateFn, state) if rates is None else rates
     half = 0.5 * dt
     vHalf = state.velocities + half * r0.accelerations
     rhoHalf = _advance(state.densities, r0.densityRates, half)
     drifted = FluidState(state.positions + dt * vHalf, vHalf, rhoHalf, state.time + dt)
-    r1 = _rates(rateFn, drifted)
+    r1 = evaluateRates(rateFn, drifted)
     new = replace(drifted, velocities=vHalf + half * r1.accelerations,
                   densities=_advance(rhoHalf, r1.densityRates, half))
     return new, r1
@@ -125,8 +128,8 @@ def predictorCorrector(state: FluidState, dt, rateFn) -> FluidState:
                           _advance(state.densities, rates.densityRates, half),
                           state.time + half)
 
-    predicted = halfStep(_rates(rateFn, state), state)
-    corrected = halfStep(_rates(rateFn, predicted), predicted)
+    predicted = halfStep(evaluateRates(rateFn, state), state)
+    corrected = halfStep(evaluateRates(rateFn, predicted), predicted)
     rho = None if state.densities is None else 2.0 * corrected.densities - state.densities
     return FluidState(2.0 * corrected.positions - state.positions,
                       2.0 * corrected.velocities - state.velocities, rho, state.time + dt)
