@@ -88,3 +88,10 @@ def test_export_paraview(tmp_path):
     stdout = runExample("export_paraview.py", tmp_path / "legacy", "--frames", "2", "--legacy")
     assert "legacy ASCII VTK" in stdout
     assert outputFiles(tmp_path / "legacy") == {"step_0000.vtk", "step_0001.vtk"}
+
+
+@pytest.mark.slow
+def test_wcsph_taylor_green(tmp_path):
+    stdout = runExample("wcsph_taylor_green.py", tmp_path)
+    assert "decay rate" in stdout and "900 particles" in stdout
+    assert outputFiles(tmp_path) == {"taylor_green.json"}
