@@ -5,12 +5,10 @@ runs through it."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+from fluid_reference import ref
 
 from warpSPHCore import KernelFunctions, ParticleState
 from warpSPHCore.fluids import (
@@ -21,11 +19,6 @@ from warpSPHCore.fluids import (
     rollout,
     taitPressure,
 )
-
-_REF = pathlib.Path(__file__).resolve().parents[1] / "operations" / "sph_reference.py"
-_spec = importlib.util.spec_from_file_location("rollout_sph_reference", _REF)
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
 
 OMEGA, K = 2.0, 0.7
 

@@ -15,8 +15,8 @@ Each is one operator call and a scaling; with ``x_ij = x_i - x_j``, ``G_ij = gra
                           (Molteni & Colagrossi 2009, Comput. Phys. Commun. 180: 861-872):
                           delta h c0 times the Brookshaw Laplacian of the densities
 `continuityDensityRate`   drho_i/dt = sum_j m_j (v_i - v_j) . G_ij (Monaghan 1992): minus
-                          rho_i times the Difference-scheme Divergence with the consistent
-                          volumes m_j / rho_i
+                          the Difference-scheme Divergence with the masses as the volumes
+                          (in the forward-mode scope, unlike ``consistentDivergence``)
 `bodyAcceleration`        a_i = g for every particle
 ========================  ==================================================================
 
@@ -24,7 +24,8 @@ r_ij^2 is the library's Brookshaw denominator (r + 1e-8 h_ij)^2, with pairs at r
 (`operators.md` §2.6). The regulariser eta^2 = 0.01 h^2 that Morris et al. add to r^2 is
 for coincident particles, which the r > 0 guard already excludes; the fused momentum
 operator of the next step takes it as a parameter (docs/fluids.md). The densities of
-`particles` must be set (every term divides by them or reads V_j).
+`particles` must be set for every term but the continuity rate (the others divide by them or
+read V_j).
 
 Every term is differentiable in reverse and forward mode through the operators (and
 composes with `torch.autograd.forward_ad` dual tensors), on the call's device and dtype,
@@ -149,7 +150,7 @@ def continuityDensityRate(particles, velocities, domain, adjacency,
     table).
 
     Args:
-        particles: `ParticleState` with densities.
+        particles: `ParticleState` (its densities are not read).
         velocities: ``[N, d]`` velocities.
         domain: `DomainDescription`.
         adjacency: the neighbour list.
@@ -160,12 +161,11 @@ def continuityDensityRate(particles, velocities, domain, adjacency,
     Returns:
         ``[N]`` density rates.
     """
-    rho = _densities(particles, "continuityDensityRate")
     props = _props(WarpOperation.Divergence, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Difference)
     div = warpOperation(particles, props, domain, queryValues=velocities, adjacency=adjacency,
-                        consistentDivergence=True)
-    return -rho * div
+                        queryVolumes=particles.masses)
+    return -div
 
 
 def bodyAcceleration(gravity, like: torch.Tensor) -> torch.Tensor:

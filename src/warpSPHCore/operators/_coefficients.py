@@ -67,7 +67,8 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "gradientPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
-           "laplacianDifference_ij", "laplacianDifferenceJVP_ij"]
+           "laplacianDifference_ij", "laplacianDifferenceJVP_ij",
+           "LAPLACIAN_REG_N", "LAPLACIAN_REG_DEFAULT"]
 
 
 # --- V_j: the apparent volume ------------------------------------------------------------------
@@ -323,6 +324,12 @@ def gradientPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
 
 
 # --- Laplacian: the scheme scale s_ij and the pair difference q_ij = (f_j - f_i) s_ij ------------
+
+#: the fixed regularisers of the Laplacian's geometric factor for both precisions
+#: (`operators.md` §2.6: n_ij = x_ij / (r + 1e-8 h_ij); Default divides by r + 1e-12 h_ij),
+#: used by the generic and the specialised kernels, converted to the call's scalar type (W6)
+LAPLACIAN_REG_N = 1.0e-8
+LAPLACIAN_REG_DEFAULT = 1.0e-12
 
 
 @wp.func

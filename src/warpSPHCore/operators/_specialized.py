@@ -60,6 +60,8 @@ from ..neighborhood.traversal import (
     gridQueryCell,
 )
 from ._coefficients import (
+    LAPLACIAN_REG_DEFAULT,
+    LAPLACIAN_REG_N,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
     gradientPairVJP_ij,
@@ -446,9 +448,8 @@ def gradientJVPSpecialized(config: dict):
     return None if cfg is None else _gradientJVPKernel(cfg)
 
 
-#: the Laplacian's fixed regularisers (`operators.md` §2.6; as `laplacian._REG_N`, `_REG_DEFAULT`)
-_REG_N = 1.0e-8
-_REG_DEFAULT = 1.0e-12
+_REG_N = LAPLACIAN_REG_N
+_REG_DEFAULT = LAPLACIAN_REG_DEFAULT
 
 
 @functools.cache

@@ -85,6 +85,8 @@ from ..kernels.support import (
 )
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._coefficients import LAPLACIAN_REG_DEFAULT as _REG_DEFAULT
+from ._coefficients import LAPLACIAN_REG_N as _REG_N
 from ._coefficients import laplacianDifference_ij, laplacianDifferenceJVP_ij
 from ._specialized import laplacianSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
@@ -94,10 +96,6 @@ from .corrected import correctedGradient_ij
 __all__ = ["laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC", "laplacianJVPPairTerm",
            "laplacianJVPKernel"]
 
-# Fixed regularisers of the geometric factor for both precisions (`operators.md` §2.6);
-# converted to the call's scalar type at use (W6).
-_REG_N = 1.0e-8
-_REG_DEFAULT = 1.0e-12
 
 
 @wp.func
