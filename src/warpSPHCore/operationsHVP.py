@@ -8,9 +8,12 @@ import torch
 
 from .dataTypes.adjacency import AdjacencyList
 from .enumTypes import WarpOperation
-from .operators.densityHVP import launchHVP
 from .preparation import _prepareCall
 from .util.conversion import isFunctorchWrapped
+from .util.lazyModule import LazyModule
+
+#: the HVP kernels, imported by the first HVP call (`util.lazyModule`)
+_densityHVP = LazyModule("warpSPHCore.operators.densityHVP")
 
 __all__ = ["warpOperationHVP"]
 
@@ -92,4 +95,5 @@ def warpOperationHVP(queryParticles, operationProperties, domain, tangentQueryPo
                                 adjacency=adjacency, referenceParticles=referenceParticles)
     # empty sets: the bridge skips the zero-thread launch (or sums empty rows) and returns
     # zeros [N_q, d] that still take part in autograd (autodiff.md §13)
-    return launchHVP(ctx, tangentQueryPositions, tangentReferencePositions, dropSelf=selfRef)
+    return _densityHVP.launchHVP(ctx, tangentQueryPositions, tangentReferencePositions,
+                                 dropSelf=selfRef)

@@ -67,15 +67,11 @@ from ..dataTypes.operationProperties import OperationProperties
 from ..dataTypes.particleState import ParticleTangentState
 from ..enumTypes import OperationDirection, SupportScheme
 from ..util.conversion import isFunctorchWrapped
+from ..util.lazyModule import LazyModule
 from ..util.precision import warpScalar
-from ._crkKernels import (
-    CRK_DENSITY_SPEC,
-    CRK_MOMENTS_SPEC,
-    CRK_VOLUME_SPEC,
-    crkMomentComponents,
-    crkMomentsJVPKernel,
-    crkVolumeJVPKernel,
-)
+
+#: the CRK Warp kernels, imported by the first CRK call (`util.lazyModule`)
+_kernels = LazyModule(f"{__package__}._crkKernels")
 
 __all__ = ["computeCRKFactors", "computeCRKFactorsJVP"]
 
@@ -232,13 +228,13 @@ def _volumeAndMoments(queryParticles, domain, kernel, operationMode, adjacency,
 
     # 1. apparent volume on R (Gather; query = reference = R)
     vctx = SPHContext(R, gather, domain, adjacency=volumeAdjacency)
-    V = launchOperator(CRK_VOLUME_SPEC, vctx)
+    V = launchOperator(_kernels.CRK_VOLUME_SPEC, vctx)
 
     # 2. moments over the query -> reference neighbourhood (Scatter, V as referenceVolumes)
     corr = Corrections(volumes=(None, V))
     ctx = SPHContext(queryParticles, scatter, domain, adjacency=adjacency,
                      reference=referenceState, corrections=corr)
-    m0, m1, m2, dm0, dm1, dm2, count = launchOperator(CRK_MOMENTS_SPEC, ctx)
+    m0, m1, m2, dm0, dm1, dm2, count = launchOperator(_kernels.CRK_MOMENTS_SPEC, ctx)
     n = m0.shape[0]
     m1 = m1.reshape(n, d)
     m2 = m2.reshape(n, d, d)
@@ -289,7 +285,7 @@ def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDir
     ctx = SPHContext(queryParticles, scatter, domain, adjacency=adjacency,
                      reference=referenceState,
                      corrections=Corrections(volumes=(None, V), crk=CRKState(A, B)))
-    rho = launchOperator(CRK_DENSITY_SPEC, ctx)
+    rho = launchOperator(_kernels.CRK_DENSITY_SPEC, ctx)
     return V, rho, CRKState(A, B, gradA, gradB)
 
 
@@ -445,14 +441,14 @@ def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
     nR = int(V.shape[0])
     dV = torch.zeros_like(V)
     if rx is not None or rh is not None:
-        dS = launchGeometryJVP(crkVolumeJVPKernel, vctx,
+        dS = launchGeometryJVP(_kernels.crkVolumeJVPKernel, vctx,
                                GeometryTangents(qPositions=rx, rPositions=rx, qSupports=rh,
                                                 rSupports=rh), (nR,), s)
         dV = -(V * V) * dS
 
     # 2. moment tangents, dV as the reference-volume tangent
-    F = crkMomentComponents(d) - 1
-    flat = launchGeometryJVP(crkMomentsJVPKernel, ctx,
+    F = _kernels.crkMomentComponents(d) - 1
+    flat = launchGeometryJVP(_kernels.crkMomentsJVPKernel, ctx,
                              GeometryTangents(qPositions=qx, qSupports=qh, rPositions=rx,
                                               rSupports=rh, rVolumes=dV),
                              (n * F,), s, numThreads=n * F).reshape(n, F)

@@ -13,6 +13,7 @@ implemented.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,13 +42,6 @@ from ._shapes import (
     noFieldShape,
     sameShape,
 )
-from .covariance import COVARIANCE_SPEC
-from .curl import CURL_SPEC
-from .density import DENSITY_SPEC
-from .divergence import DIVERGENCE_SPEC
-from .gradient import GRADIENT_SPEC
-from .interpolate import INTERPOLATE_SPEC
-from .laplacian import LAPLACIAN_SPEC
 
 __all__ = ["OperatorEntry", "OPERATORS", "operatorEntry", "CORRECTIONS", "CORRECTION_LABELS",
            "GEOMETRY_TANGENTS", "CorrectionUse", "CorrectionUses", "Ignored", "JVPScope",
@@ -60,7 +54,11 @@ class OperatorEntry:
 
     Args:
         operation: the `WarpOperation`.
-        spec: its `OperatorSpec` (kernel, outputs, extras, `JVPSpec`).
+        specModule: the operator's module in this package (``"density"``), which defines its
+            `OperatorSpec` (kernel, outputs, extras, `JVPSpec`) as ``DENSITY_SPEC``: read
+            through `spec`, which imports the module on first use (an operator's kernels
+            cost about 30-90 ms of Warp parsing at import, paid only by a process that
+            calls it).
         formula: the discrete formula, as the docs print it.
         output: the output shape in words, as the docs print it.
         outputShape: ``(S, d, properties) -> shape``: the output's shape after the particle
@@ -80,7 +78,7 @@ class OperatorEntry:
     """
 
     operation: WarpOperation
-    spec: object
+    specModule: str
     formula: str
     output: str
     outputShape: Callable
@@ -92,6 +90,12 @@ class OperatorEntry:
     options: tuple = ()
     dims: tuple = (1, 2, 3)
     dtypes: tuple = (torch.float32, torch.float64)
+
+    @property
+    def spec(self):
+        """The operator's `OperatorSpec` (its module imported on first use)."""
+        module = importlib.import_module(f"{__name__}.{self.specModule}")
+        return getattr(module, f"{self.specModule.upper()}_SPEC")
 
     def option(self, name: str):
         """The `Option` called ``name``, or None when the operator has no such option."""
@@ -151,26 +155,26 @@ _CORRECTED_JVP = dict(valueTangents=True, geometry=_ALL_GEOMETRY,
 
 OPERATORS = {
     WarpOperation.Density: OperatorEntry(
-        WarpOperation.Density, DENSITY_SPEC, "ρ_i = Σ_j m_j W_ij", "`[N_q]`", noFieldShape,
+        WarpOperation.Density, "density", "ρ_i = Σ_j m_j W_ij", "`[N_q]`", noFieldShape,
         JVPScope(valueTangents=False,
                  geometry=("positions", "supports", "reference masses")),
         readsDensities=False),
     WarpOperation.Interpolate: OperatorEntry(
-        WarpOperation.Interpolate, INTERPOLATE_SPEC, "f_i = Σ_j f_j V_j W^R_ij", "`[N_q, *S]`",
+        WarpOperation.Interpolate, "interpolate", "f_i = Σ_j f_j V_j W^R_ij", "`[N_q, *S]`",
         sameShape,
         JVPScope(valueTangents=True, geometry=_ALL_GEOMETRY,
                  rejectedStates=("crk", "renorm", "gradH")),
         values=ValueInputs.REFERENCE,
         corrections=CorrectionUses(volumes=_APPLIED, crk=CorrectionUse(note="A, B only"))),
     WarpOperation.Gradient: OperatorEntry(
-        WarpOperation.Gradient, GRADIENT_SPEC, "out_i = Σ_j c_ij ⊗ G_ij",
+        WarpOperation.Gradient, "gradient", "out_i = Σ_j c_ij ⊗ G_ij",
         "`[N_q, *S, d]` (derivative last)", gradientShape, JVPScope(**_CORRECTED_JVP),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
         corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_APPLIED,
                                    gradH=CorrectionUse(note="f_j only"), renorm=_APPLIED),
         options=(_GRADIENT_MODE,)),
     WarpOperation.Divergence: OperatorEntry(
-        WarpOperation.Divergence, DIVERGENCE_SPEC, "out_i = Σ_j Σ_δ c_ij[δ, …] G_ij,δ",
+        WarpOperation.Divergence, "divergence", "out_i = Σ_j Σ_δ c_ij[δ, …] G_ij,δ",
         "`[N_q, *S[1:]]` (dot mode `[N_q, *S[:-1]]`)", divergenceShape,
         JVPScope(**_CORRECTED_JVP, rejectedOptions=(
             RejectedOption("divergenceDotMode", True,
@@ -185,7 +189,7 @@ OPERATORS = {
         options=(_GRADIENT_MODE, Option("divergenceDotMode", (False, True)),
                  Option("consistentDivergence", (False, True), keyword=True))),
     WarpOperation.Curl: OperatorEntry(
-        WarpOperation.Curl, CURL_SPEC, "out_i = Σ_j G_ij × c_ij",
+        WarpOperation.Curl, "curl", "out_i = Σ_j G_ij × c_ij",
         "3D `[N_q, *S]`; 2D `[N_q, *S[1:]]` (`[N_q, 1]` for a vector); 1D zeros `[N_q]`",
         curlShape, JVPScope(**_CORRECTED_JVP, dims=(2,)),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
@@ -193,7 +197,7 @@ OPERATORS = {
                                    renorm=_APPLIED),
         options=(_GRADIENT_MODE,)),
     WarpOperation.Laplacian: OperatorEntry(
-        WarpOperation.Laplacian, LAPLACIAN_SPEC, "out_i = Σ_j (geometric factor) q_ij",
+        WarpOperation.Laplacian, "laplacian", "out_i = Σ_j (geometric factor) q_ij",
         "`[N_q, *S]`", laplacianShape,
         JVPScope(**_CORRECTED_JVP, valueSelection=("positiveDivergence", True)),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
@@ -202,7 +206,7 @@ OPERATORS = {
         options=(Option("laplacianMode", tuple(LaplacianScheme)), _GRADIENT_MODE,
                  Option("positiveDivergence", (False, True)))),
     WarpOperation.Covariance: OperatorEntry(
-        WarpOperation.Covariance, COVARIANCE_SPEC, "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
+        WarpOperation.Covariance, "covariance", "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
         "`[N_q, d, d]` (+ int32 count `[N_q]`)", matrixShape,
         JVPScope(valueTangents=False, geometry=_ALL_GEOMETRY,
                  rejectedStates=("crk", "renorm", "gradH")),
