@@ -61,8 +61,10 @@ def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
     assert fresh.specializedLabel("warpSPHCore_gradient_k0_gather_m9_g3_csr_2d_f32_abc") == (
         "Gradient (kernel 0, gather supports, kind mode 9, gradient scheme 3, csr, "
         "2D float32)")
-    assert fresh.specializedLabel("warpSPHCore_Search_kernels_2d_f64_group") == (
+    assert fresh.specializedLabel("warpSPHCore_Search_kernels_2d_f64_cpu_group") == (
         "Search kernels (2D float64)")
+    assert fresh.specializedLabel("warpSPHCore_Search_kernels_3d_f32_filter_group") == (
+        "Search kernels (3D float32, filter)")
     assert fresh.specializedLabel("warpSPHCore_laplacian_k1_gather_m9_l3_grid_3d_f32_ab") == (
         "Laplacian (kernel 1, gather supports, kind mode 9, Laplacian scheme 3, grid, "
         "3D float32)")
@@ -86,11 +88,10 @@ def test_cache_probe_matches_warp(fresh):
     from warpSPHCore.util.warpContext import concreteKernel
 
     res = precompile(["cpu"], ["Search"], verbose=False, dims=(2,), dtypes=("float32",))
-    kernel, signature = next(
-        (k, s) for k, s in _kernels.CONCRETE_SIGNATURES if k is _kernels.radiusSearchKernel
-        and s["queryPositions"].dtype._length_ == 2
-        and s["queryPositions"].dtype._wp_scalar_type_ == wp.float32)
-    module = concreteKernel(kernel, signature).module
+    entry = next(e for e in _kernels.CONCRETE_SIGNATURES
+                 if e.kernel is _kernels.cellMajorSearchKernel and e.d == 2
+                 and e.scalar == wp.float32)
+    module = concreteKernel(entry.kernel, entry.types).module
     assert module.name in res["modules"]
     assert fresh._isCached(module, wp.get_device("cpu"))
     assert all(m.startswith("warpSPHCore_Search_") for m in res["modules"])
@@ -103,10 +104,11 @@ def test_precompile_command(capsys):
 
     assert main(["precompile", "--operators", "Search", "--device", "cpu"]) == 0
     out = capsys.readouterr()
-    expected = {concreteKernel(k, sig).module.name for k, sig in _kernels.CONCRETE_SIGNATURES}
-    # one per (dimension, scalar type) group of the declared signatures, and the
-    # dimension-free kernels' group
-    assert f"{len(expected)} modules on cpu" in out.out and len(expected) == 7
+    expected = {concreteKernel(e.kernel, e.types, group=e.tag).module.name
+                for e in _kernels.CONCRETE_SIGNATURES if e.part != "cuda"}
+    # per (dimension, scalar type) on the CPU: the grid build with the cell-major search, the
+    # per-query search and the Verlet filter (`_kernels.ConcreteSignature`)
+    assert f"{len(expected)} modules on cpu" in out.out and len(expected) == 18
     assert "Search kernels (3D float64)" in out.err
     assert "cached" in out.err or "compiling" in out.err
     assert main(["precompile", "--operators", "Density", "--dim", "2", "--dtype", "float32",

@@ -24,33 +24,18 @@ __all__ = ["precompile"]
 _SCALARS = {"float32": wp.float32, "float64": wp.float64}
 
 
-def _vectorDims(annotations: dict) -> tuple[int | None, object]:
-    """(d, scalar) of a search signature: its first float vector type (None, None for the
-    dimension-free kernels)."""
-    for t in annotations.values():
-        dtype = getattr(t, "dtype", None)
-        length = getattr(dtype, "_length_", None)
-        scalar = getattr(dtype, "_wp_scalar_type_", None)
-        if length is not None and scalar in (wp.float32, wp.float64):
-            return int(length), scalar
-    return None, None
-
-
-def _modulesOf(short: str, dims, scalars) -> list:
-    """The Warp modules a launch of module `short` compiles: the module itself, or, for a
-    module that declares ``CONCRETE_SIGNATURES`` (the search), the per-signature copies of
-    `util.warpContext.concreteKernel` (filtered by `dims` and `scalars`)."""
+def _modulesOf(short: str, dims, scalars, device) -> list:
+    """The Warp modules a launch of module `short` compiles on `device`: the module itself,
+    or, for a module that declares ``CONCRETE_SIGNATURES`` (the search), the group modules
+    of `util.warpContext.concreteKernel` that run on the device's kind (filtered by `dims`
+    and `scalars`; `neighborhood._kernels.ConcreteSignature`)."""
     pyModule = importlib.import_module(f"warpSPHCore.{short}")
     signatures = getattr(pyModule, "CONCRETE_SIGNATURES", None)
     if signatures is None:
         return [wp.get_module(f"warpSPHCore.{short}")]
-    out = []
-    for kernel, signature in signatures:
-        d, scalar = _vectorDims(signature)
-        if d is not None and (d not in dims or scalar not in scalars):
-            continue
-        out.append(concreteKernel(kernel, signature).module)
-    return out
+    skip = "cpu" if device.is_cuda else "cuda"
+    return [concreteKernel(e.kernel, e.types, group=e.tag).module for e in signatures
+            if e.d in dims and e.scalar in scalars and e.part != skip]
 
 
 def _specializedModules(operators, dims, scalars, kernels) -> list:
@@ -71,8 +56,10 @@ def _specializedModules(operators, dims, scalars, kernels) -> list:
                         out.append(sp._densityKernel(cfg).module)
                     if "Gradient" in wanted:
                         naive = dataclasses.replace(cfg, gradientScheme=1)
+                        # no-grad forward; forward + reverse of a differentiated call
+                        # (`_specialized._gradientPair`); forward mode
                         out += [sp._gradientKernel(naive).module,
-                                sp._gradientVJPKernel(cfg).module,
+                                sp._gradientPair(naive).module,
                                 sp._gradientJVPKernel(cfg).module]
     return out
 
@@ -113,12 +100,11 @@ def precompile(devices=("cpu",), operators=None, workers: int | None = None,
         raise ValueError(f"precompile: dims {badDims} / dtypes {badTypes} not accepted; "
                          "accepted: dims 1, 2, 3 and dtypes float32, float64")
     scalars = [_SCALARS[t] for t in dtypes]
-    mods = []
-    for short in names:
-        mods += _modulesOf(short, dims, scalars)
-    mods += _specializedModules(operators, dims, scalars, kernels)
-    mods = list({m.name: m for m in mods}.values())
-    todo = [(m, wp.get_device(d)) for d in devices for m in mods]
+    common = _specializedModules(operators, dims, scalars, kernels)
+    todo = []  # (module, device), each module once per device
+    for device in (wp.get_device(d) for d in devices):
+        mods = [m for short in names for m in _modulesOf(short, dims, scalars, device)]
+        todo += [(m, device) for m in {m.name: m for m in mods + common}.values()]
     if verbose:
         for m, d in todo:
             state = "cached" if compileNotice._isCached(m, d) else "compiling"
@@ -127,11 +113,13 @@ def precompile(devices=("cpu",), operators=None, workers: int | None = None,
                 label = compileNotice.specializedLabel(m.name)
             compileNotice._say(f"  {label:16s} {d.alias:8s} {state}")
     t0 = time.perf_counter()
-    for _, d in todo:
-        compileNotice._SEEN.update((m.name, str(d)) for m in mods)
-    wp.force_load(device=list(devices), modules=mods, max_workers=workers)
+    compileNotice._SEEN.update((m.name, str(d)) for m, d in todo)
+    for device in {d.alias: d for _, d in todo}.values():
+        wp.force_load(device=device, modules=[m for m, d in todo if d.alias == device.alias],
+                      max_workers=workers)
     seconds = time.perf_counter() - t0
+    names = sorted({m.name for m, _ in todo})
     if verbose:
-        compileNotice._say(f"warpSPHCore: {len(mods)} modules ready on {', '.join(devices)} "
+        compileNotice._say(f"warpSPHCore: {len(names)} modules ready on {', '.join(devices)} "
                            f"in {seconds:.1f} s (cache: {wp.config.kernel_cache_dir})")
-    return {"modules": [m.name for m in mods], "devices": list(devices), "seconds": seconds}
+    return {"modules": names, "devices": list(devices), "seconds": seconds}

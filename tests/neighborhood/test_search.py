@@ -376,3 +376,43 @@ def test_with_particle_state(device, dtype):
     adj = radiusSearchCompactHashMap(state, dom, mode=SupportScheme.SuperSymmetric)
     assert torch.equal(searchPairs(adj), naivePairs(pos, pos, h, h, dom,
                                                     SupportScheme.SuperSymmetric))
+
+
+_MODULES_OF_ONE_SEARCH = """
+import torch
+from warpSPHCore import DomainDescription, ParticleState, SupportScheme
+from warpSPHCore import radiusSearchCompactHashMap
+from warpSPHCore.util import warpContext
+
+n = 400
+pos = torch.rand(n, 2) * 2 - 1
+state = ParticleState(positions=pos, supports=torch.full((n,), 0.2),
+                      masses=torch.ones(n), kinds=torch.zeros(n, dtype=torch.int32))
+domain = DomainDescription(torch.full((2,), -1.0), torch.full((2,), 1.0), [True, True])
+{search}
+loaded = sorted({k.module.name for k in warpContext._CONCRETE.values() if k.module.execs})
+print("|".join(loaded))
+"""
+
+
+@pytest.mark.parametrize("distinct", [False, True])
+def test_cpu_search_compiles_what_it_runs(distinct):
+    """A fresh process's first CPU search loads the search modules of its kind only
+    (`_kernels.ConcreteSignature`): a set against itself one module (grid build, cell-major
+    traversal, cached-row copy), distinct sets that module and the per-query traversal's."""
+    import subprocess
+    import sys
+
+    search = ("adj = radiusSearchCompactHashMap(state, domain, mode=SupportScheme.Gather)"
+              if not distinct else
+              "adj = radiusSearchCompactHashMap(state, domain, mode=SupportScheme.Gather, "
+              "referenceParticles=ParticleState(positions=pos.clone(), "
+              "supports=state.supports, masses=state.masses, kinds=state.kinds))")
+    r = subprocess.run([sys.executable, "-c", _MODULES_OF_ONE_SEARCH.replace("{search}", search)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    loaded = r.stdout.strip().splitlines()[-1].split("|")
+    expected = ["warpSPHCore_Search_kernels_2d_f32_cpu_group"]
+    if distinct:
+        expected.append("warpSPHCore_Search_kernels_2d_f32_query_group")
+    assert loaded == expected

@@ -14,6 +14,7 @@ import itertools
 
 import pytest
 import torch
+import warp as wp
 from sph_reference import cloud, makeDomain, neighbourStructure, props
 
 from warpSPHCore import (
@@ -86,8 +87,7 @@ def _compileCoveringDesign():
     mods = []
     for cases, builders in ((DENSITY_CASES, (_specialized._densityKernel,)),
                             (GRADIENT_CASES, (_specialized._gradientKernel,)),
-                            (REVERSE_CASES, (_specialized._gradientKernel,
-                                             _specialized._gradientVJPKernel)),
+                            (REVERSE_CASES, (_specialized._gradientPair,)),
                             (JVP_CASES, (_specialized._gradientJVPKernel,)),
                             (LAPLACIAN_CASES, (_specialized._laplacianKernel,))):
         for c in cases:
@@ -96,7 +96,8 @@ def _compileCoveringDesign():
                                              int(c["support"]), c["mode"],
                                              c["traversal"] == "csr", c["calibrate"])
             for build in builders:
-                scheme = int(c["scheme"]) if build is _specialized._gradientKernel else 0
+                scheme = int(c["scheme"]) if build in (_specialized._gradientKernel,
+                                                       _specialized._gradientPair) else 0
                 cfgB = dataclasses.replace(cfg, gradientScheme=scheme)
                 if build is _specialized._laplacianKernel:
                     cfgB = dataclasses.replace(cfg, laplacianScheme=int(_laplacianScheme(c)))
@@ -228,6 +229,17 @@ def test_gradient_reverse_specialized_matches_generic(device, c):
     a, b = _bothRoutes(run)
     assert any(name == "gradientVJP" and cfg.kernel == int(c["kernel"])
                for name, cfg in _specialized._BUILT)
+    # the forward and reverse kernels of a differentiated call share one Warp module
+    scalar = wp.float64 if c["dtype"] == torch.float64 else wp.float32
+    cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]), int(c["support"]),
+                                     c["mode"], c["traversal"] == "csr", c["calibrate"],
+                                     gradientScheme=int(c["scheme"]))
+    pairModule = _specialized._gradientPair(cfg).module
+    assert pairModule.name.startswith("warpSPHCore_gradientAndVJP_")
+    assert {k.split("_")[1] for k in pairModule.kernels} == {"gradient", "gradientVJP"}
+    reverseCfg = dataclasses.replace(cfg, gradientScheme=0)
+    assert _specialized._PAIRED_VJP[reverseCfg].module.name.startswith(
+        "warpSPHCore_gradientAndVJP_")
     for x, y in zip(a, b):
         _assertClose(x, y, c["dtype"])
 

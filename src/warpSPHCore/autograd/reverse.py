@@ -56,12 +56,17 @@ class ReverseSpec:
         build: ``(config, args, outputs) -> (dim, inputs)`` of the reverse launch.
         specialize: optional ``(config) -> kernel | None``, the reverse kernel specialised on
             the call's configuration (`autograd.specialize`).
+        pairedForward: optional ``(config) -> kernel | None``, the operator's specialised
+            forward kernel built in one Warp module with the reverse kernel that
+            `specialize` returns afterwards: the forward launch of a call that this reverse
+            kernel will differentiate uses it, so the call compiles one module, not two.
     """
 
     kernel: Any
     eligible: Callable
     build: Callable
     specialize: Any = None
+    pairedForward: Any = None
 
 
 def reverseKernelsEnabled() -> bool:

@@ -107,13 +107,21 @@ def _activeWarpTape():
     return getattr(runtime, "tape", None)
 
 
-def _untaped(build_fn, kernel):
+def _untaped(build_fn, kernel, reverse=None):
     """The kernel of a launch that no tape records: the operator's specialised kernel for
-    this call's configuration when it declares one (`autograd.specialize`), else `kernel`."""
+    this call's configuration when it declares one (`autograd.specialize`), else `kernel`.
+    With `reverse` (the `ReverseSpec` that will differentiate the call), its
+    ``pairedForward`` kernel first (compiled with the reverse kernel)."""
     config = getattr(build_fn, "config", None)
     if config is None:
         return kernel
-    return specializedKernel(getattr(build_fn, "specialize", None), config, kernel)
+    factory = getattr(build_fn, "specialize", None)
+    paired = getattr(reverse, "pairedForward", None)
+    if paired is not None:
+        found = specializedKernel(paired, config, None)
+        if found is not None:
+            return found
+    return specializedKernel(factory, config, kernel)
 
 
 def _kernelName(kernel) -> str:
@@ -228,8 +236,8 @@ class StateAwareWarpFunction(torch.autograd.Function):
                                                 reverse.eligible(build_fn.config, args)):
                     reverse = None
                 if reverse is not None:
-                    result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype,
-                                      *args)
+                    result = launcher(_untaped(build_fn, kernel, reverse), output_shape,
+                                      output_dtype, *args)
                 else:
                     taped = kernel
                     config = getattr(build_fn, "config", None)

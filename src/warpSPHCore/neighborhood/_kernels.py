@@ -1,16 +1,17 @@
 """Warp kernels of the neighbour search (non-differentiable: no adjoints are generated).
 
-Generic kernels are overloaded for float32/float64 x d = 1, 2, 3 and declared at import, so
-the module compiles once and is never reloaded by a new overload (W79):
+Generic kernels; the search launches concrete copies of them (`CONCRETE_SIGNATURES`), one
+forward-only Warp module per (dimension, scalar type) group, built on first use:
 
 * grid build: `binReferencesKernel` (cell linear index and cell-consistent wrapped position
   per reference), `gatherSortedKernel` (sorted positions/supports, cell start flags),
   `cellTableKernel` (occupied-cell table and hash keys), `hashTableKernel` (rows grouped by
   hash, bucket ranges); the last two are index-only (one overload);
 * search: `radiusSearchKernel`, one thread per query: count pass (``collect = 0``) and
-  collect pass (``collect = 1``) in the same traversal order; `cellMajorCountKernel`, one
-  thread per occupied cell, the CPU count pass when the query set is the reference set
-  (stencil lookups shared by the cell's queries; per-query work identical);
+  collect pass (``collect = 1``) in the same traversal order; `cellMajorSearchKernel`, one
+  thread per occupied cell, both passes on the CPU when the query set is the reference set
+  (stencil lookups shared by the cell's queries; per-query work identical), with
+  `copyCachedRowsKernel` writing the collect rows that fit the slot cache in query order;
 * `filterPairsKernel`: count / collect pass re-testing the pairs of a CSR list (Verlet).
 
 Pair test. The accepted predicate is exactly ``r <= threshold`` with r the minimum-image
@@ -27,8 +28,9 @@ fewer than 3 cells use the exact formula for every candidate.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import torch
 import warp as wp
 
 from ..kernels.geometry import computeDistanceVec
@@ -58,8 +60,12 @@ __all__ = [
     "cellTableKernel",
     "hashTableKernel",
     "radiusSearchKernel",
-    "cellMajorCountKernel",
+    "cellMajorSearchKernel",
+    "copyCachedRowsKernel",
     "filterPairsKernel",
+    "ConcreteSignature",
+    "CONCRETE_SIGNATURES",
+    "searchGroup",
 ]
 
 # relative margin of the cheap pre-test (>> accumulated rounding in both precisions)
@@ -520,8 +526,48 @@ def radiusSearchKernel(
         numNeighbors[i] = count
 
 
+@wp.func
+def _cachedCapacity(i: wp.int32, cacheCapacity: wp.int32, slotCache: wp.array(dtype=wp.int32)):
+    """The slot-cache capacity of query i's row: `cacheCapacity`, or 0 when the cache does
+    not hold the row (an empty or too short cache)."""
+    cacheBase = wp.int64(i) * wp.int64(cacheCapacity)
+    cap = cacheCapacity
+    if cap < 0 or cacheBase + wp.int64(cap) > wp.int64(slotCache.shape[0]):
+        cap = 0
+    return cap
+
+
 @wp.kernel
-def cellMajorCountKernel(
+def copyCachedRowsKernel(
+    numNeighbors: wp.array(dtype=wp.int32),
+    edgeOffsets: wp.array(dtype=wp.int32),
+    cacheCapacity: wp.int32,
+    slotCache: wp.array(dtype=wp.int32),
+    sortIndex: wp.array(dtype=wp.int64),
+    outI: wp.array(dtype=wp.int64),
+    outJ: wp.array(dtype=wp.int64),
+):
+    """Collect pass of the rows that fit the slot cache, one thread per query (rows written
+    in query order): the sorted slots the count pass accepted, mapped to reference indices.
+    `cellMajorSearchKernel` traverses the other rows."""
+    i = wp.tid()
+    rowCount = numNeighbors[i]
+    if rowCount > _cachedCapacity(i, cacheCapacity, slotCache):
+        return
+    cacheBase = wp.int64(i) * wp.int64(cacheCapacity)
+    base = edgeOffsets[i]
+    capacity = wp.int32(outJ.shape[0])
+    numSlots = wp.int64(sortIndex.shape[0])
+    for k in range(rowCount):
+        e = base + k
+        slot = slotCache[cacheBase + wp.int64(k)]
+        if e >= 0 and e < capacity and slot >= 0 and wp.int64(slot) < numSlots:
+            outI[e] = wp.int64(i)
+            outJ[e] = sortIndex[slot]
+
+
+@wp.kernel
+def cellMajorSearchKernel(
     positions: wp.array(dtype=Any),
     querySupports: wp.array(dtype=Any),
     sortedPositions: wp.array(dtype=Any),
@@ -530,22 +576,41 @@ def cellMajorCountKernel(
     grid: Any,
     numOccupied: wp.array(dtype=wp.int64),
     mode: wp.int32,
+    collect: wp.int32,
     cacheCapacity: wp.int32,
     slotCache: wp.array(dtype=wp.int32),
     numNeighbors: wp.array(dtype=wp.int32),
-    unusedI: wp.array(dtype=wp.int64),
-    unusedJ: wp.array(dtype=wp.int64),
+    edgeOffsets: wp.array(dtype=wp.int32),
+    outI: wp.array(dtype=wp.int64),
+    outJ: wp.array(dtype=wp.int64),
 ):
-    """Count pass, one thread per occupied cell, when the query positions ARE the reference
-    positions (CPU): the stencil lookups are done once per cell and shared by its queries.
+    """Count (collect = 0) or collect (collect = 1) pass, one thread per occupied cell, when
+    the query positions ARE the reference positions (CPU): the stencil lookups are done once
+    per cell and shared by its queries.
 
-    Each query's traversal (stencil order, per-cell slot order, acceptance arithmetic) is
-    exactly that of `radiusSearchKernel`; only the lookup work is shared."""
+    Each query's traversal (stencil order, per-cell slot order, acceptance arithmetic) and
+    its use of the slot cache are exactly those of `radiusSearchKernel`; only the lookup
+    work is shared. The collect pass traverses the rows that did not fit the slot cache;
+    `copyCachedRowsKernel` writes the others. A CPU self-search launches these two kernels,
+    so the per-query kernel is not compiled for it."""
     row = wp.tid()
     if wp.int64(row) >= numOccupied[0]:
         return
     cell = grid.cellTable[row]
     zeroH = hMax[0] * type(hMax[0])(0.0)
+    numSlots = wp.int64(grid.sortIndex.shape[0])
+    s0 = wp.clamp(cell[1], wp.int64(0), numSlots)
+    s1 = wp.clamp(cell[1] + cell[2], s0, numSlots)
+    # collect pass: the rows that fit the slot cache are `copyCachedRowsKernel`'s (in query
+    # order); the stencil work below is done only when a row of this cell must be traversed
+    traverse = collect == 0
+    for slot in range(wp.int32(s0), wp.int32(s1)):
+        if not traverse:
+            i = wp.int32(grid.sortIndex[slot])
+            if numNeighbors[i] > _cachedCapacity(i, cacheCapacity, slotCache):
+                traverse = True
+    if not traverse:
+        return
     D = grid.D
     L = wp.int64(grid.hashTable.shape[0])
     eps16 = type(zeroH)(_ABS_MARGIN_ULPS) * _machineEps(zeroH)
@@ -577,11 +642,16 @@ def cellMajorCountKernel(
         firsts[o] = r[0]
         counts[o] = r[1]
     gather = mode == 11
-    numSlots = wp.int64(grid.sortIndex.shape[0])
-    s0 = wp.clamp(cell[1], wp.int64(0), numSlots)
-    s1 = wp.clamp(cell[1] + cell[2], s0, numSlots)
     for slot in range(wp.int32(s0), wp.int32(s1)):
         i = wp.int32(grid.sortIndex[slot])
+        cacheBase = wp.int64(i) * wp.int64(cacheCapacity)
+        cap = _cachedCapacity(i, cacheCapacity, slotCache)
+        base = wp.int32(0)
+        if collect != 0:
+            if numNeighbors[i] <= cap:
+                continue  # copyCachedRowsKernel's
+            base = edgeOffsets[i]
+            cap = 0
         xi = positions[i]
         hi = querySupports[i]
         qb = sortedPositions[slot]  # = axisCell coordinates of xi (the build binned it)
@@ -595,10 +665,6 @@ def cellMajorCountKernel(
             gapHi[k] = gHi
         boundUp2, pruneBound2, gatherUp2, gatherDown2 = _queryBounds(hi, hMax[0], margin,
                                                                      gather, exactOnly)
-        cacheBase = wp.int64(i) * wp.int64(cacheCapacity)
-        cap = cacheCapacity
-        if cap < 0 or cacheBase + wp.int64(cap) > wp.int64(slotCache.shape[0]):
-            cap = 0
         count = wp.int32(0)
         for o in range(numOffsets):
             if counts[o] > 0:
@@ -610,9 +676,10 @@ def cellMajorCountKernel(
                     count = _scanCell(firsts[o], counts[o], _shifted(qb, wraps, ext, a, b, c, D),
                                       xi, hi, sortedPositions, sortedSupports, grid, mode,
                                       gather, exactOnly, margin, boundUp2, gatherUp2,
-                                      gatherDown2, i, 0, 0, count, unusedI, unusedJ,
+                                      gatherDown2, i, collect, base, count, outI, outJ,
                                       cacheBase, cap, slotCache)
-        numNeighbors[i] = count
+        if collect == 0:
+            numNeighbors[i] = count
 
 
 @wp.kernel
@@ -660,34 +727,78 @@ def filterPairsKernel(
 
 
 # ------------------------------------------------------------------------------------------
-# Overloads: declared at import for float32/float64 x d = 1, 2, 3 so that the module is
-# compiled once, never reloaded because a launch added an overload (W79).
+# Concrete signatures for float32/float64 x d = 1, 2, 3, grouped into one module per
+# (dimension, scalar type): a module is built once, whole, and never reloaded because a
+# launch added a signature (W79).
 # ------------------------------------------------------------------------------------------
 
 _SCALARS = ((wp.float32, gridData_f32), (wp.float64, gridData_f64))
 
 
+class ConcreteSignature(NamedTuple):
+    """One concrete signature the search launches (`util.warpContext.concreteKernel`):
+    `kernel` with argument `types` in `d` dimensions and scalar type `scalar`, compiled in
+    the module of its group `tag` (``2d_f32_cpu``). The groups hold what one kind of search
+    launches, so that a search compiles one module and nothing it does not run:
+
+    * ``cpu``: the grid build, `cellMajorSearchKernel` and `copyCachedRowsKernel` (a CPU
+      search of a set against itself);
+    * ``cuda``: the grid build and `radiusSearchKernel` (any search on CUDA);
+    * ``query``: `radiusSearchKernel` (a CPU search of distinct query and reference sets,
+      after the ``cpu`` group's grid build);
+    * ``filter``: `filterPairsKernel` (the Verlet list's re-test of a CSR list).
+
+    A kernel declared in several groups is launched with its group named
+    (``launch(..., group=tag)``)."""
+
+    kernel: Any
+    types: dict
+    d: int
+    scalar: Any  # wp.float32 or wp.float64
+    part: str  # "cpu", "cuda", "query" or "filter"
+
+    @property
+    def tag(self) -> str:
+        return searchGroup(self.d, self.scalar, self.part)
+
+
+def searchGroup(d: int, scalar, part: str) -> str:
+    """The group tag of `ConcreteSignature` ``part`` in `d` dimensions; `scalar` is a Warp or
+    torch scalar type."""
+    short = "f64" if scalar in (wp.float64, torch.float64) else "f32"
+    return f"{d}d_{short}_{part}"
+
+
 def _signatures() -> list:
-    """``(kernel, argument types)`` of every (scalar type, dimension) the search launches:
-    `util.warpContext.concreteKernel` builds one forward-only module per entry
-    (`warpSPHCore.precompile` ahead of time, `util.warpContext.launch` on first use). The generic
-    kernels of this module are never launched themselves, so nothing compiles all of them at
-    once."""
-    out = [(cellTableKernel, {}), (hashTableKernel, {})]
+    """Every `ConcreteSignature` of the search, for float32/float64 x d = 1, 2, 3:
+    `util.warpContext.concreteKernel` builds one forward-only module per group tag
+    (`warpSPHCore.precompile` ahead of time, `util.warpContext.launch` on first use). The
+    generic kernels of this module are never launched themselves, so nothing compiles all
+    of them at once."""
+    out = []
     for scalar, gridType in _SCALARS:
         for d in (1, 2, 3):
             vec = wp.types.vector(length=d, dtype=scalar)
-            out.append((
-                binReferencesKernel,
-                {
+            build = [
+                (cellTableKernel, {}),
+                (hashTableKernel, {}),
+                (binReferencesKernel, {
                     "positions": wp.array(dtype=vec),
                     "grid": gridType,
                     "linearIndex": wp.array(dtype=wp.int64),
                     "wrapped": wp.array(dtype=vec),
-                },
-            ))
+                }),
+                (gatherSortedKernel, {
+                    "sortIndex": wp.array(dtype=wp.int64),
+                    "sortedLinear": wp.array(dtype=wp.int64),
+                    "wrapped": wp.array(dtype=vec),
+                    "supports": wp.array(dtype=scalar),
+                    "sortedPositions": wp.array(dtype=vec),
+                    "sortedSupports": wp.array(dtype=scalar),
+                    "cellStart": wp.array(dtype=wp.int64),
+                }),
+            ]
             pair = {
-                "queryPositions": wp.array(dtype=vec),
                 "querySupports": wp.array(dtype=scalar),
                 "grid": gridType,
                 "mode": wp.int32,
@@ -697,56 +808,31 @@ def _signatures() -> list:
                 "outI": wp.array(dtype=wp.int64),
                 "outJ": wp.array(dtype=wp.int64),
             }
-            out.append((
-                radiusSearchKernel,
-                {
-                    **pair,
-                    "sortedPositions": wp.array(dtype=vec),
-                    "sortedSupports": wp.array(dtype=scalar),
-                    "hMax": wp.array(dtype=scalar),
-                    "cacheCapacity": wp.int32,
-                    "slotCache": wp.array(dtype=wp.int32),
-                },
-            ))
-            out.append((
-                gatherSortedKernel,
-                {
-                    "sortIndex": wp.array(dtype=wp.int64),
-                    "sortedLinear": wp.array(dtype=wp.int64),
-                    "wrapped": wp.array(dtype=vec),
-                    "supports": wp.array(dtype=scalar),
-                    "sortedPositions": wp.array(dtype=vec),
-                    "sortedSupports": wp.array(dtype=scalar),
-                    "cellStart": wp.array(dtype=wp.int64),
-                },
-            ))
-            out.append((
-                cellMajorCountKernel,
-                {
-                    "positions": wp.array(dtype=vec),
-                    "querySupports": wp.array(dtype=scalar),
-                    "sortedPositions": wp.array(dtype=vec),
-                    "sortedSupports": wp.array(dtype=scalar),
-                    "hMax": wp.array(dtype=scalar),
-                    "grid": gridType,
-                    "numOccupied": wp.array(dtype=wp.int64),
-                    "mode": wp.int32,
-                    "cacheCapacity": wp.int32,
-                    "slotCache": wp.array(dtype=wp.int32),
-                    "numNeighbors": wp.array(dtype=wp.int32),
-                    "unusedI": wp.array(dtype=wp.int64),
-                    "unusedJ": wp.array(dtype=wp.int64),
-                },
-            ))
-            out.append((
-                filterPairsKernel,
-                {
-                    **pair,
-                    "referencePositions": wp.array(dtype=vec),
-                    "referenceSupports": wp.array(dtype=scalar),
-                    "adjacency": adjacencyData,
-                },
-            ))
+            traversal = {
+                **pair,
+                "sortedPositions": wp.array(dtype=vec),
+                "sortedSupports": wp.array(dtype=scalar),
+                "hMax": wp.array(dtype=scalar),
+                "cacheCapacity": wp.int32,
+                "slotCache": wp.array(dtype=wp.int32),
+            }
+            cellMajor = (cellMajorSearchKernel, {
+                **traversal, "positions": wp.array(dtype=vec),
+                "numOccupied": wp.array(dtype=wp.int64)})
+            perQuery = (radiusSearchKernel, {**traversal,
+                                             "queryPositions": wp.array(dtype=vec)})
+            filterPairs = (filterPairsKernel, {
+                **pair,
+                "queryPositions": wp.array(dtype=vec),
+                "referencePositions": wp.array(dtype=vec),
+                "referenceSupports": wp.array(dtype=scalar),
+                "adjacency": adjacencyData,
+            })
+            copyRows = (copyCachedRowsKernel, {})
+            groups = {"cpu": build + [cellMajor, copyRows], "cuda": build + [perQuery],
+                      "query": [perQuery], "filter": [filterPairs]}
+            for part, members in groups.items():
+                out += [ConcreteSignature(k, t, d, scalar, part) for k, t in members]
     return out
 
 

@@ -144,6 +144,8 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         return _emptyGrid(inp, mode, L)
     dev, d, m = inp.device, inp.d, inp.numReferences
     i64 = torch.int64
+    # the build's kernels share a module with the traversal this device runs next
+    group = _kernels.searchGroup(d, inp.dtype, "cuda" if dev.type == "cuda" else "cpu")
 
     # steps 2-4, 13: grid support, per-axis cell counts, validity flags
     hMax = gridSupport(mode, inp.qSup, inp.rSup)
@@ -162,6 +164,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         inputs=[toWarp(inp.rPos, vec), _gridStruct(inp, numCells)],
         outputs=[toWarp(linear), toWarp(wrapped, vec)],
         device=dev,
+        group=group,
     )
 
     # step 8: stable sort by linear cell index; gather sorted positions and supports
@@ -175,6 +178,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         inputs=[toWarp(sortIndex), toWarp(sortedLinear), toWarp(wrapped, vec), toWarp(inp.rSup)],
         outputs=[toWarp(sortedPositions, vec), toWarp(sortedSupports), toWarp(cellStart)],
         device=dev,
+        group=group,
     )
 
     # steps 9-10: occupied cells without data-dependent shapes (scan of the start flags, a
@@ -189,6 +193,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         inputs=[toWarp(sortedLinear), toWarp(cellEnd), toWarp(numCells), d, L],
         outputs=[toWarp(table, wp.vec3l), toWarp(key)],
         device=dev,
+        group=group,
     )
 
     # step 11: group rows by hash (stable sort), bucket (first row, row count)
@@ -203,6 +208,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         inputs=[toWarp(perm), toWarp(table, wp.vec3l), toWarp(sortedKey), toWarp(cellEnd)],
         outputs=[toWarp(sortedCellTable, wp.vec3l), toWarp(hashTable, wp.vec2i)],
         device=dev,
+        group=group,
     )
 
     return CompactHashMap(

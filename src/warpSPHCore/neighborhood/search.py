@@ -34,9 +34,10 @@ __all__ = [
 #: Largest edge count an int32-offset CSR list can hold. Tests lower it to exercise the check.
 MAX_EDGES = 2**31 - 1
 
-#: CPU count pass for a query set that IS the reference set: one thread per occupied cell
-#: shares the stencil lookups between the cell's queries (Warp's CPU backend runs threads
-#: sequentially, so nothing is lost; on CUDA one thread per query keeps the GPU busy).
+#: CPU count and collect passes for a query set that IS the reference set: one thread per
+#: occupied cell shares the stencil lookups between the cell's queries (Warp's CPU backend
+#: runs threads sequentially, so nothing is lost; on CUDA one thread per query keeps the GPU
+#: busy). Such a search compiles the cell-major kernel only (`_kernels.ConcreteSignature`).
 CELL_MAJOR_CPU = True
 #: Collect-pass slot cache (CPU only): rows with at most this many neighbours are copied from
 #: what the count pass accepted instead of re-traversed (the order is the same). 0 disables.
@@ -100,24 +101,37 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
         dummy64 = toWarp(_empty(0, torch.int64, dev))
         cacheCap = _cacheCapacity(dev, nq)
         cacheW = toWarp(_empty(nq * cacheCap, torch.int32, dev))
-        if CELL_MAJOR_CPU and dev.type == "cpu" and inp.rPos is inp.qPos:
-            launch(_kernels.cellMajorCountKernel, dim=inp.numReferences,
-                   inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct,
-                           toWarp(grid.numOccupiedCells), mode, cacheCap, cacheW],
-                   outputs=[countsW, dummy64, dummy64], device=dev)
+        cellMajor = CELL_MAJOR_CPU and dev.type == "cpu" and inp.rPos is inp.qPos
+        if cellMajor:
+            group = _kernels.searchGroup(inp.d, inp.dtype, "cpu")
+            head = [qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, toWarp(grid.numOccupiedCells),
+                    mode]
+            launch(_kernels.cellMajorSearchKernel, dim=inp.numReferences,
+                   inputs=head + [0, cacheCap, cacheW],
+                   outputs=[countsW, dummy32, dummy64, dummy64], device=dev, group=group)
         else:
-            launch(_kernels.radiusSearchKernel, dim=nq,
-                   inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode, 0, cacheCap,
-                           cacheW],
-                   outputs=[countsW, dummy32, dummy64, dummy64], device=dev)
+            group = _kernels.searchGroup(inp.d, inp.dtype,
+                                         "cuda" if dev.type == "cuda" else "query")
+            head = [qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode]
+            launch(_kernels.radiusSearchKernel, dim=nq, inputs=head + [0, cacheCap, cacheW],
+                   outputs=[countsW, dummy32, dummy64, dummy64], device=dev, group=group)
     E, edgeOffsets = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin, inp.dMax,
                                inp.aliased, SupportScheme(mode).name)
     i = _empty(E, torch.int64, dev)
     j = _empty(E, torch.int64, dev)
     if traverse and E > 0:
-        launch(_kernels.radiusSearchKernel, dim=nq,
-               inputs=[qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode, 1, cacheCap, cacheW],
-               outputs=[countsW, toWarp(edgeOffsets), toWarp(i), toWarp(j)], device=dev)
+        outputs = [countsW, toWarp(edgeOffsets), toWarp(i), toWarp(j)]
+        if cellMajor:
+            # rows that fit the slot cache in query order, the others traversed per cell
+            launch(_kernels.copyCachedRowsKernel, dim=nq,
+                   inputs=[countsW, outputs[1], cacheCap, cacheW, toWarp(grid.sortIndex)],
+                   outputs=outputs[2:], device=dev, group=group)
+            launch(_kernels.cellMajorSearchKernel, dim=inp.numReferences,
+                   inputs=head + [1, cacheCap, cacheW], outputs=outputs, device=dev,
+                   group=group)
+        else:
+            launch(_kernels.radiusSearchKernel, dim=nq, inputs=head + [1, cacheCap, cacheW],
+                   outputs=outputs, device=dev, group=group)
     with trustedConstruction():
         adjacency = AdjacencyList(
             i=i,

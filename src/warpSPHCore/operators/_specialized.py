@@ -136,11 +136,12 @@ def specializedKernelCount() -> int:
     return len(_BUILT)
 
 
-def _kernel(fn, name: str, cfg: Configuration):
-    """`fn` as a forward-only Warp kernel named `name`, in a module of its own."""
+def _kernel(fn, name: str, cfg: Configuration, module: str = "unique"):
+    """`fn` as a forward-only Warp kernel named `name`, in a module of its own (or in the
+    Warp module named `module`, shared with the kernels built for it)."""
     fn.__name__ = fn.__qualname__ = f"warpSPHCore_{name}_{cfg.tag}"
     _BUILT.add((name, cfg))
-    kernel = wp.kernel(fn, enable_backward=False, module="unique")
+    kernel = wp.kernel(fn, enable_backward=False, module=module)
     # built from `kernels.specialized`, never from the generic kernel functions: the launch
     # need not register their custom adjoints (`autograd.launcher._registerAdjointsFor`)
     kernel.callsKernelFunctions = False
@@ -306,7 +307,7 @@ def densitySpecialized(config: dict):
 
 
 @functools.cache
-def _gradientKernel(cfg: Configuration):
+def _gradientKernel(cfg: Configuration, module: str = "unique"):
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
@@ -320,10 +321,10 @@ def _gradientKernel(cfg: Configuration):
         c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False)
         return c * pk.gradW_ij(x_ij, h_i, r.supports[j])
 
-    return _vectorRowKernel("gradient", cfg, pair, X)
+    return _vectorRowKernel("gradient", cfg, pair, X, module)
 
 
-def _vectorRowKernel(name: str, cfg: Configuration, pair, X):
+def _vectorRowKernel(name: str, cfg: Configuration, pair, X, module: str = "unique"):
     """A kernel with the Gradient's ABI: thread (i, a) sums the d-vector `pair` over the
     references of query i (CSR or grid, by the configuration) and stores it at
     ``out[(i F + a) d + delta]``; `X` is the type of the argument after the eight states (the
@@ -350,7 +351,7 @@ def _vectorRowKernel(name: str, cfg: Configuration, pair, X):
         for delta in range(wp.static(D)):
             out[base + delta] = val[delta]
 
-    return _kernel(kernel, name, cfg)
+    return _kernel(kernel, name, cfg, module)
 
 
 def gradientSpecialized(config: dict):
@@ -363,13 +364,13 @@ def gradientSpecialized(config: dict):
 
 
 @functools.cache
-def _gradientVJPKernel(cfg: Configuration):
+def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
     """The Gradient's hand-written reverse kernel (`gradient.gradientVJPKernel`) for one
     configuration: the same per-pair adjoint (`gradient.gradientVJPPairTerm`) with the
     specialised (G, H u, u . dG/dh) of `kernels.specialized`. The gradient scheme stays a
     run-time value here (a configuration's scheme is ignored)."""
     if cfg.gradientScheme:
-        return _gradientVJPKernel(dataclasses.replace(cfg, gradientScheme=0))
+        return _gradientVJPKernel(dataclasses.replace(cfg, gradientScheme=0), module)
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
@@ -401,14 +402,45 @@ def _gradientVJPKernel(cfg: Configuration):
             if cotangents.hasQPositions:
                 wp.atomic_add(cotangents.qPositions, i, val)
 
-    return _kernel(gradientVJP, "gradientVJP", cfg)
+    return _kernel(gradientVJP, "gradientVJP", cfg, module)
+
+
+#: reverse configuration -> its kernel built in a forward + reverse module (`_gradientPair`)
+_PAIRED_VJP: dict = {}
 
 
 def gradientVJPSpecialized(config: dict):
     """`ReverseSpec.specialize` of the Gradient: every call eligible for its reverse kernel
-    (no CRK, renormalization or grad-h; `gradient._reverseEligible`)."""
+    (no CRK, renormalization or grad-h; `gradient._reverseEligible`). The copy that shares a
+    module with the forward kernel (`gradientPairedSpecialized`) when one was built."""
     cfg = configurationOf(config)
-    return None if cfg is None else _gradientVJPKernel(cfg)
+    if cfg is None:
+        return None
+    paired = _PAIRED_VJP.get(cfg)
+    return paired if paired is not None else _gradientVJPKernel(cfg)
+
+
+@functools.cache
+def _gradientPair(cfg: Configuration):
+    """The forward kernel of `cfg` built in one Warp module with the reverse kernel of its
+    configuration: a differentiated call compiles one module instead of two (the module's
+    structs and shared functions once; about 0.15 s of a cold first call on 2 cores)."""
+    reverseCfg = dataclasses.replace(cfg, gradientScheme=0)
+    module = f"warpSPHCore_gradientAndVJP_{cfg.tag}_pair"
+    # both kernels exist before either is launched: a kernel added to a loaded module would
+    # rebuild it (W79)
+    _PAIRED_VJP[reverseCfg] = _gradientVJPKernel(reverseCfg, module)
+    return _gradientKernel(cfg, module)
+
+
+def gradientPairedSpecialized(config: dict):
+    """`ReverseSpec.pairedForward` of the Gradient: the forward kernel of a call that will be
+    differentiated by the reverse kernel, compiled with it (`_gradientPair`); None where the
+    forward kernel is not specialised (`gradientSpecialized`)."""
+    if config["useCRK"] or config["useGradientRenormalization"]:
+        return None
+    cfg = configurationOf(config, scheme=True)
+    return None if cfg is None else _gradientPair(cfg)
 
 
 @functools.cache

@@ -60,7 +60,12 @@ from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij, gradientPairVJP_ij
-from ._specialized import gradientJVPSpecialized, gradientSpecialized, gradientVJPSpecialized
+from ._specialized import (
+    gradientJVPSpecialized,
+    gradientPairedSpecialized,
+    gradientSpecialized,
+    gradientVJPSpecialized,
+)
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -262,7 +267,8 @@ def _reverseLaunch(config, args, outputs):
 
 
 GRADIENT_REVERSE = ReverseSpec(kernel=gradientVJPKernel, eligible=_reverseEligible,
-                               build=_reverseLaunch, specialize=gradientVJPSpecialized)
+                               build=_reverseLaunch, specialize=gradientVJPSpecialized,
+                               pairedForward=gradientPairedSpecialized)
 
 
 def _callScalar(ctx, extras):

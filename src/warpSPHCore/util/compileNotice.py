@@ -72,8 +72,9 @@ def specializedLabel(moduleName: str) -> str:
     ``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
     supports, kind mode 9, csr, 2D float32)`` (`operators._specialized`);
     ``warpSPHCore_Search_radiusSearchKernel_2d_f32_<hash>`` -> ``Search: radiusSearchKernel
-    (2D float32)``, ``warpSPHCore_Search_kernels_2d_f32_group`` -> ``Search kernels (2D
-    float32)`` (`util.warpContext.concreteKernel`)."""
+    (2D float32)``, ``warpSPHCore_Search_kernels_2d_f32_cpu_group`` -> ``Search kernels (2D
+    float32)``, ``..._2d_f32_query_group`` -> ``Search kernels (2D float32, query)``
+    (`util.warpContext.concreteKernel`, `neighborhood._kernels.ConcreteSignature`)."""
     parts = moduleName[len(_SPECIALIZED_PREFIX):].split("_")
     scalars = {"f32": "float32", "f64": "float64"}
     try:
@@ -90,13 +91,19 @@ def specializedLabel(moduleName: str) -> str:
             trav, rest = rest[0], rest[1:]
             cal = ", calibrated" if rest and rest[0] == "cal" else ""
             d, s = rest[-2], rest[-1]
-            return (f"{op[0].upper()}{op[1:]} (kernel {kern[1:]}, {support} supports, kind "
+            name = f"{op[0].upper()}{op[1:]}"
+            if name.endswith("AndVJP"):  # forward and reverse kernels in one module
+                name = f"{name[:-6]} + reverse"
+            return (f"{name} (kernel {kern[1:]}, {support} supports, kind "
                     f"mode {mode[1:]}{scheme}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
         label, kernel = parts[0], parts[1]
         if parts[-1] == "group":  # a group of declared signatures (concreteKernel)
             tail = parts[2:-1]
-            if len(tail) == 2:
-                return f"{label} kernels ({tail[0].upper()} {scalars.get(tail[1], tail[1])})"
+            if len(tail) in (2, 3):  # 2d_f32 or 2d_f32_<part> (the device says cpu/cuda)
+                part = f", {tail[2]}" if len(tail) == 3 and tail[2] not in ("cpu", "cuda") \
+                    else ""
+                return (f"{label} kernels ({tail[0].upper()} "
+                        f"{scalars.get(tail[1], tail[1])}{part})")
             return f"{label} kernels"
         tail = parts[2:-1]
         adjoint = bool(tail) and tail[-1] == "adj"

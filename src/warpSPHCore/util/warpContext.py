@@ -108,6 +108,7 @@ def warpStream(device):
 
 
 _CONCRETE: dict = {}
+_REQUESTS: dict = {}  # (signature key, group) of a request -> its copy in _CONCRETE
 _CONCRETE_LOCK = threading.Lock()
 
 
@@ -135,7 +136,8 @@ def _shortName(annotations: dict) -> str:
     return "any"
 
 
-def concreteKernel(kernel, annotations: dict | None = None, args=None, backward: bool = False):
+def concreteKernel(kernel, annotations: dict | None = None, args=None, backward: bool = False,
+                   group: str | None = None):
     """A copy of `kernel` with concrete argument types in a small Warp module (no adjoint
     code unless `backward`), made once per signature.
 
@@ -146,30 +148,38 @@ def concreteKernel(kernel, annotations: dict | None = None, args=None, backward:
     launch needs (`warpSPHCore.precompile` builds the same copies ahead of time).
 
     Grouping: when the kernel's Python module declares ``CONCRETE_SIGNATURES`` (the
-    neighbour search) and the signature is one of them, the copies of every declared
-    signature with the same (dimension, scalar type) tag share one module, built on the
-    first request: a search launches several of them in a row, and one compile of the group
-    costs less than one per kernel (about 0.4 s of a cold first search on 2 cores). Other
-    kernels get a module of their own (``module="unique"``)."""
+    neighbour search: entries with ``kernel``, ``types`` and a group ``tag``) and the
+    signature is one of them, the copies of every declared signature with the same tag share
+    one module, built on the first request: a search launches several of them in a row, and
+    one compile of the group costs less than one per kernel (about 0.4 s of a cold first
+    search on 2 cores). A signature declared under several tags (one whose types fix no
+    dimension) is looked up under `group`. Other kernels get a module of their own
+    (``module="unique"``)."""
     resolved = _resolvedTypes(kernel, annotations, args)
-    key = _concreteKey(kernel, resolved, backward)
-    found = _CONCRETE.get(key)
+    request = _concreteKey(kernel, resolved, backward) + (group,)
+    found = _REQUESTS.get(request)
     if found is not None:
         return found
+    declared = None if backward else _declaredEntry(kernel, resolved, group)
+    key = request[:-1] + ((declared.tag,) if declared else ())
     with _CONCRETE_LOCK:
         found = _CONCRETE.get(key)
         if found is None:
-            group = None if backward else _declaredGroup(kernel, resolved, key)
-            if group is None:
+            if declared is None:
                 found = _concreteCopy(kernel, resolved, backward, "unique")
                 _CONCRETE[key] = found
             else:
-                moduleName, members = group
-                for memberKey, member, memberTypes in members:
+                moduleName = _groupModuleName(kernel, declared.tag)
+                for member in _declaredSignatures(kernel):
+                    if member.tag != declared.tag:
+                        continue
+                    types_ = {**member.kernel.adj.arg_types, **member.types}
+                    memberKey = _concreteKey(member.kernel, types_, False) + (member.tag,)
                     if memberKey not in _CONCRETE:
-                        _CONCRETE[memberKey] = _concreteCopy(member, memberTypes, False,
+                        _CONCRETE[memberKey] = _concreteCopy(member.kernel, types_, False,
                                                              moduleName)
                 found = _CONCRETE[key]
+        _REQUESTS[request] = found
     return found
 
 
@@ -200,27 +210,33 @@ def _concreteCopy(kernel, resolved: dict, backward: bool, module):
     return wp.kernel(copy, enable_backward=bool(backward), module=module)
 
 
-def _declaredGroup(kernel, resolved: dict, key: tuple):
-    """``(module name, [(key, kernel, types)])`` of the declared signatures sharing the
-    (dimension, scalar type) tag of `resolved` (`concreteKernel`), or None when `kernel`'s
-    Python module declares none or the signature is not among them."""
+def _declaredSignatures(kernel) -> list:
+    """The ``CONCRETE_SIGNATURES`` of `kernel`'s Python module (empty when none)."""
     pyModule = sys.modules.get(getattr(kernel.func, "__module__", ""), None)
-    signatures = getattr(pyModule, "CONCRETE_SIGNATURES", None)
-    if not signatures:
-        return None
-    tag = _shortName(resolved)
-    members = []
-    for member, signature in signatures:
-        types_ = {**member.adj.arg_types, **signature}
-        if _shortName(types_) == tag:
-            members.append((_concreteKey(member, types_, False), member, types_))
-    if not any(k == key for k, _, _ in members):
-        return None
+    return getattr(pyModule, "CONCRETE_SIGNATURES", None) or []
+
+
+def _declaredEntry(kernel, resolved: dict, group: str | None):
+    """The declared signature (`concreteKernel`) of `kernel` with the types `resolved`: the
+    one tagged `group` when several match, else the only match; None when the kernel's
+    Python module declares none or the signature is not among them."""
+    wanted = _concreteKey(kernel, resolved, False)
+    matches = [e for e in _declaredSignatures(kernel) if e.kernel is kernel
+               and _concreteKey(kernel, {**kernel.adj.arg_types, **e.types}, False) == wanted]
+    if len(matches) > 1:
+        matches = [e for e in matches if e.tag == group]
+        if len(matches) != 1:
+            raise ValueError(f"concreteKernel: {kernel.key} is declared in several groups; "
+                             f"name one of them with group= (got {group!r})")
+    return matches[0] if matches else None
+
+
+def _groupModuleName(kernel, tag: str) -> str:
     label = moduleLabel(kernel.module.name).replace(" ", "").replace("_", "")
-    return f"warpSPHCore_{label}_kernels_{tag}_group", members
+    return f"warpSPHCore_{label}_kernels_{tag}_group"
 
 
-def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
+def launch(kernel, dim, inputs, device, outputs=None, record_tape=False, group=None):
     """Launch a non-differentiable Warp kernel on `device` and torch's current stream.
 
     Only the neighbour search and other frozen (non-differentiable) structure builders use
@@ -232,7 +248,7 @@ def launch(kernel, dim, inputs, device, outputs=None, record_tape=False):
     stream = warpStream(device)
     outputs = outputs or []
     if not record_tape:
-        kernel = concreteKernel(kernel, args=list(inputs) + list(outputs))
+        kernel = concreteKernel(kernel, args=list(inputs) + list(outputs), group=group)
     noteForeignLaunch()
     announceCompile(kernel, wdev)
     wp.launch(
