@@ -8,8 +8,10 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
 
 * `eos`: equations of state (Tait/Cole, linear), their inverses and sound speeds.
 * `terms`: the symmetric pressure acceleration, Morris laminar viscosity, delta-SPH density
-  diffusion (Molteni & Colagrossi), the continuity density rate and body forces, each one
-  operator call.
+  diffusion (Molteni & Colagrossi), the continuity density rate, body forces, number-density
+  volumes and the transport-velocity background-pressure acceleration (Adami et al. 2013),
+  each one or two operator calls.
+* `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
   predictor-corrector step for the (positions, velocities, densities) state.
@@ -33,12 +35,15 @@ from .integrators import (
     predictorCorrector,
     symplecticEuler,
 )
+from .relaxation import relaxParticles
 from .rollout import rollout
 from .terms import (
+    backgroundPressureAcceleration,
     bodyAcceleration,
     continuityDensityRate,
     densityDiffusion,
     laminarViscosity,
+    numberDensityVolumes,
     pressureAcceleration,
 )
 from .timestep import stableTimeStep
@@ -56,6 +61,9 @@ __all__ = [
     "densityDiffusion",
     "continuityDensityRate",
     "bodyAcceleration",
+    "numberDensityVolumes",
+    "backgroundPressureAcceleration",
+    "relaxParticles",
     "stableTimeStep",
     "FluidState",
     "Rates",

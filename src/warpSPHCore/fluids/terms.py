@@ -18,6 +18,14 @@ Each is one operator call and a scaling; with ``x_ij = x_i - x_j``, ``G_ij = gra
                           the Difference-scheme Divergence with the masses as the volumes
                           (in the forward-mode scope, unlike ``consistentDivergence``)
 `bodyAcceleration`        a_i = g for every particle
+`numberDensityVolumes`    V_i = 1 / sum_j W_ij (the number-density volume of Adami et al.
+                          2013): one Density call with unit masses
+`backgroundPressure-      a_i = -(p_b / m_i) sum_j (V_i^2 + V_j^2) G_ij (Adami, Hu & Adams
+Acceleration`             2013, J. Comput. Phys. 241: 292-307): the background-pressure part
+                          of the transport velocity, which pushes particles from crowded to
+                          sparse regions (zero on a uniform lattice). One Naive Gradient call
+                          of the two-column field (1 / V, V) with the volumes V:
+                          V_i^2 sum_j G_ij + sum_j V_j^2 G_ij
 ========================  ==================================================================
 
 r_ij^2 is the library's Brookshaw denominator (r + 1e-8 h_ij)^2, with pairs at r = 0 skipped
@@ -39,6 +47,7 @@ from __future__ import annotations
 import torch
 
 from ..dataTypes.operationProperties import OperationProperties
+from ..dataTypes.particleState import ParticleState
 from ..enumTypes import (
     GradientScheme,
     KernelFunctions,
@@ -49,7 +58,8 @@ from ..enumTypes import (
 from ..operations import warpOperation
 
 __all__ = ["pressureAcceleration", "laminarViscosity", "densityDiffusion",
-           "continuityDensityRate", "bodyAcceleration"]
+           "continuityDensityRate", "bodyAcceleration", "numberDensityVolumes",
+           "backgroundPressureAcceleration"]
 
 
 def _densities(particles, where: str) -> torch.Tensor:
@@ -177,3 +187,54 @@ def bodyAcceleration(gravity, like: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"bodyAcceleration: gravity has shape {tuple(g.shape)}; accepted: "
                          f"({like.shape[-1]},) (one component per dimension)")
     return g.expand(like.shape[0], -1)
+
+
+def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.Wendland2,
+                         supportMode=SupportScheme.Gather, operationMode=9):
+    """Number-density volumes V_i = 1 / sum_j W_ij (module table).
+
+    Args:
+        particles: `ParticleState` (its masses and densities are not read).
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        kernel, supportMode, operationMode: as for the other terms.
+
+    Returns:
+        ``[N]`` volumes, differentiable in the positions and supports; 0 for a particle
+        whose sum is empty (one the kind mode does not query).
+    """
+    ones = torch.ones_like(particles.positions[:, 0])
+    unit = ParticleState(particles.positions, particles.supports, ones, particles.kinds)
+    props = _props(WarpOperation.Density, kernel, supportMode, operationMode)
+    s = warpOperation(unit, props, domain, adjacency=adjacency)
+    # 0 (not inf) where the sum is empty: a query the kind mode does not admit
+    return torch.where(s > 0, 1.0 / torch.where(s > 0, s, torch.ones_like(s)), 0.0)
+
+
+def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPressure,
+                                   volumes=None, kernel=KernelFunctions.Wendland2,
+                                   supportMode=SupportScheme.Gather, operationMode=9):
+    """Background-pressure acceleration of the transport-velocity formulation (module table).
+
+    Args:
+        particles: `ParticleState` (masses m_i; the densities are not read).
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        backgroundPressure: p_b (a number or a 0-dim tensor; Adami et al. use the reference
+            pressure rho0 c0^2).
+        volumes: ``[N]`` V_i (default: `numberDensityVolumes` of the same call).
+        kernel, supportMode, operationMode: as for the other terms.
+
+    Returns:
+        ``[N, d]`` accelerations.
+    """
+    V = numberDensityVolumes(particles, domain, adjacency, kernel, supportMode,
+                             operationMode) if volumes is None else volumes
+    props = _props(WarpOperation.Gradient, kernel, supportMode, operationMode,
+                   gradientMode=GradientScheme.Naive)
+    inverse = torch.where(V > 0, 1.0 / torch.where(V > 0, V, torch.ones_like(V)), 0.0)
+    field = torch.stack([inverse, V], dim=1)  # Naive: sum_j f_j V_j G_ij per column
+    g = warpOperation(particles, props, domain, queryValues=field, adjacency=adjacency,
+                      referenceVolumes=V)
+    s = V[:, None] ** 2 * g[:, 0] + g[:, 1]
+    return -(backgroundPressure / particles.masses)[:, None] * s
