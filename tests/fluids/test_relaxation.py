@@ -12,9 +12,12 @@ from warpSPHCore import ParticleState, SupportScheme, radiusSearchCompactHashMap
 from warpSPHCore.fluids import numberDensityVolumes, relaxParticles
 
 
-def _lattice(n):
+def _lattice(n, periodic):
+    """An n x n lattice in the unit square, supports 3 spacings, and its domain."""
     g = (torch.arange(n, dtype=torch.float64) + 0.5) / n
-    return torch.stack(torch.meshgrid(g, g, indexing="ij"), dim=-1).reshape(-1, 2)
+    x = torch.stack(torch.meshgrid(g, g, indexing="ij"), dim=-1).reshape(-1, 2)
+    h = torch.full((n * n,), 3.0 / n, dtype=torch.float64)
+    return x, h, ref.makeDomain(2, torch.float64, "cpu", lo=0.0, hi=1.0, periodic=periodic)
 
 
 def _spread(x, h, dom):
@@ -27,9 +30,7 @@ def _spread(x, h, dom):
 
 def test_relaxation_evens_out_the_number_density():
     n = 16
-    x0 = _lattice(n)
-    h = torch.full((n * n,), 3.0 / n, dtype=torch.float64)
-    dom = ref.makeDomain(2, torch.float64, "cpu", lo=0.0, hi=1.0, periodic=True)
+    x0, h, dom = _lattice(n, periodic=True)
     jittered = relaxParticles(x0, h, dom, iterations=0, jitter=0.5)
     relaxed = relaxParticles(x0, h, dom, iterations=150, jitter=0.5)
     assert _spread(relaxed, h, dom) < 0.25 * _spread(jittered, h, dom)
@@ -41,10 +42,7 @@ def test_relaxation_evens_out_the_number_density():
 
 
 def test_walls_clamp_and_settings_are_checked():
-    n = 8
-    x0 = _lattice(n)
-    h = torch.full((n * n,), 3.0 / n, dtype=torch.float64)
-    dom = ref.makeDomain(2, torch.float64, "cpu", lo=0.0, hi=1.0, periodic=False)
+    x0, h, dom = _lattice(8, periodic=False)
     relaxed = relaxParticles(x0, h, dom, iterations=20, jitter=0.5)
     assert float(relaxed.min()) >= 0.0 and float(relaxed.max()) <= 1.0
     for bad in (dict(damping=1.0), dict(iterations=-1), dict(courant=0.0), dict(jitter=-1)):
