@@ -197,7 +197,9 @@ def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.We
         particles: `ParticleState` (its masses and densities are not read).
         domain: `DomainDescription`.
         adjacency: the neighbour list.
-        kernel, supportMode, operationMode: as for the other terms.
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
 
     Returns:
         ``[N]`` volumes, differentiable in the positions and supports; 0 for a particle
@@ -223,7 +225,9 @@ def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPress
         backgroundPressure: p_b (a number or a 0-dim tensor; Adami et al. use the reference
             pressure rho0 c0^2).
         volumes: ``[N]`` V_i (default: `numberDensityVolumes` of the same call).
-        kernel, supportMode, operationMode: as for the other terms.
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
 
     Returns:
         ``[N, d]`` accelerations.

@@ -242,7 +242,9 @@ def launch(kernel, dim, inputs, device, outputs=None, record_tape=False, group=N
     Only the neighbour search and other frozen (non-differentiable) structure builders use
     this helper; every differentiable launch goes through the autograd bridge. The kernel
     runs as its `concreteKernel` copy (one small module per signature, no adjoint code)
-    unless `record_tape` asks for a differentiable launch.
+    unless `record_tape` asks for a differentiable launch; `group` names the declared group
+    of a kernel declared in several (`concreteKernel`, the search's
+    `neighborhood._kernels.ConcreteSignature`).
     """
     wdev = warpDevice(device)
     stream = warpStream(device)
