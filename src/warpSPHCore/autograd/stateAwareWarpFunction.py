@@ -59,7 +59,7 @@ from ..util.stateBundle import bundleDisabled
 from .cache import getCachedWarpArray
 from .launcher import COURIER, castTorchToWarp, outputIsFloat, torchStreamAsWarp
 from .reverse import recordReverse, reverseKernelsEnabled
-from .specialize import specializedKernel, tapedKernel
+from .specialize import specializationEnabled, specializedKernel, tapedKernel
 
 __all__ = ["StateAwareWarpFunction", "hasLiveTangent", "fieldCacheGradEnabled",
            "_liveTangentMask", "_N_NON_TENSOR"]
@@ -115,13 +115,12 @@ def _untaped(build_fn, kernel, reverse=None):
     config = getattr(build_fn, "config", None)
     if config is None:
         return kernel
-    factory = getattr(build_fn, "specialize", None)
     paired = getattr(reverse, "pairedForward", None)
-    if paired is not None:
-        found = specializedKernel(paired, config, None)
+    if paired is not None and specializationEnabled():
+        found = paired(config)
         if found is not None:
             return found
-    return specializedKernel(factory, config, kernel)
+    return specializedKernel(getattr(build_fn, "specialize", None), config, kernel)
 
 
 def _kernelName(kernel) -> str:

@@ -189,6 +189,12 @@ def bodyAcceleration(gravity, like: torch.Tensor) -> torch.Tensor:
     return g.expand(like.shape[0], -1)
 
 
+def _reciprocalOrZero(t: torch.Tensor) -> torch.Tensor:
+    """1 / t where t > 0, else 0, with finite gradients everywhere."""
+    positive = t > 0
+    return torch.where(positive, 1.0 / torch.where(positive, t, torch.ones_like(t)), 0.0)
+
+
 def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.Wendland2,
                          supportMode=SupportScheme.Gather, operationMode=9):
     """Number-density volumes V_i = 1 / sum_j W_ij (module table).
@@ -208,9 +214,8 @@ def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.We
     ones = torch.ones_like(particles.positions[:, 0])
     unit = ParticleState(particles.positions, particles.supports, ones, particles.kinds)
     props = _props(WarpOperation.Density, kernel, supportMode, operationMode)
-    s = warpOperation(unit, props, domain, adjacency=adjacency)
     # 0 (not inf) where the sum is empty: a query the kind mode does not admit
-    return torch.where(s > 0, 1.0 / torch.where(s > 0, s, torch.ones_like(s)), 0.0)
+    return _reciprocalOrZero(warpOperation(unit, props, domain, adjacency=adjacency))
 
 
 def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPressure,
@@ -236,8 +241,7 @@ def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPress
                              operationMode) if volumes is None else volumes
     props = _props(WarpOperation.Gradient, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Naive)
-    inverse = torch.where(V > 0, 1.0 / torch.where(V > 0, V, torch.ones_like(V)), 0.0)
-    field = torch.stack([inverse, V], dim=1)  # Naive: sum_j f_j V_j G_ij per column
+    field = torch.stack([_reciprocalOrZero(V), V], dim=1)  # Naive: sum_j f_j V_j G_ij per column
     g = warpOperation(particles, props, domain, queryValues=field, adjacency=adjacency,
                       referenceVolumes=V)
     s = V[:, None] ** 2 * g[:, 0] + g[:, 1]
