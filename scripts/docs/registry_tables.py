@@ -131,6 +131,10 @@ def shapeCell(outcomes: dict) -> str:
 
 
 def _shapeRow(entry, props) -> list:
+    fixed = getattr(entry.outputShape, "fieldShape", None)
+    if fixed is not None:  # one accepted field shape per d (Momentum): named in every cell
+        out = shapeCell({d: _outcome(entry, fixed(d), d, props) for d in (1, 2, 3)})
+        return [f"ValueError (the field is `[N, {fixed.label}]` → {out})"] * len(_FIELDS)
     if entry.values is ValueInputs.NONE:
         cell = shapeCell({d: _outcome(entry, None, d, props) for d in (1, 2, 3)})
         return [f"{cell} (no value input)", "—", "—"]
@@ -175,6 +179,8 @@ def jvpScopeTable() -> str:
         scope = entry.jvp
         if not scope.valueTangents:
             value = "— (no value input)"
+        elif not scope.linearInValues:
+            value = "✓ (not linear in its values: through the Tier-2 kernel)"
         elif scope.valueSelection is not None:
             option, v = scope.valueSelection
             value = f"✓ (`{option}={v}`: through the Tier-2 kernel)"

@@ -76,6 +76,7 @@ class WarpOperation(IntEnum):
     Density = 6
     Covariance = 7
     Custom = 8
+    Momentum = 9
 
 
 class OperationDirection(IntEnum):

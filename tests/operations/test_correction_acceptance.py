@@ -32,6 +32,8 @@ from sph_reference import (
     props,
     randomCorrectionTensors,
 )
+from test_momentum import _field as momentumField
+from test_momentum import momentumReference
 
 from warpSPHCore import CRKState, GradientScheme, LaplacianScheme, WarpOperation
 from warpSPHCore.operations import warpOperation
@@ -42,6 +44,7 @@ N = 12
 DENSITY, INTERP, GRAD = WarpOperation.Density, WarpOperation.Interpolate, WarpOperation.Gradient
 DIV, CURL, LAP, COV = (WarpOperation.Divergence, WarpOperation.Curl, WarpOperation.Laplacian,
                        WarpOperation.Covariance)
+MOM = WarpOperation.Momentum
 CORRECTIONS = ("volumes", "crk", "gradH", "renorm")
 
 # operators.md §5: the corrections each operator applies (the others are ignored)
@@ -53,6 +56,7 @@ APPLIED = {
     CURL: ("volumes", "crk", "gradH", "renorm"),
     LAP: ("volumes", "crk", "gradH", "renorm"),  # non-Naive schemes
     COV: ("volumes", "crk", "renorm"),
+    MOM: (),  # every input is a field column; the plain kernel gradient
 }
 LAP_NAIVE_APPLIED = ("volumes", "gradH")
 
@@ -70,7 +74,7 @@ def case(device):
     vol, omr, A, B, gA, gB, L = randomCorrectionTensors(N, N, 2, device, seed=1202)
     omq = randomCorrectionTensors(N, N, 2, device, seed=1203)[1]
     adj = neighbourStructure("csr", q, dom)
-    return dict(dom=dom, q=q, f=f, vol=vol, omq=omq, omr=omr, crk=(A, B, gA, gB), L=L,
+    return dict(dom=dom, q=q, f=f, fm=momentumField(N, 2, 1204).to(device), vol=vol, omq=omq, omr=omr, crk=(A, B, gA, gB), L=L,
                 adj=adj)
 
 
@@ -104,6 +108,9 @@ def _call(c, op, corr=(), scheme=GradientScheme.Naive, lap=LaplacianScheme.Brook
     if op == INTERP:
         return warpOperation(c["q"], pr, c["dom"], referenceValues=c["f"], adjacency=c["adj"],
                              **kw)
+    if op == MOM:
+        return warpOperation(c["q"], pr, c["dom"], queryValues=c["fm"], adjacency=c["adj"],
+                             **kw)
     return warpOperation(c["q"], pr, c["dom"], queryValues=c["f"], adjacency=c["adj"], **kw)
 
 
@@ -122,6 +129,8 @@ def _reference(c, op, corr=(), scheme=GradientScheme.Naive, lap=LaplacianScheme.
         return interpolateReference(q, dom, pr, f, volumes=vol, crk=crk)
     if op == COV:
         return covarianceReference(q, dom, pr, volumes=vol, crk=crk, renorm=L)[0]
+    if op == MOM:
+        return momentumReference(q, dom, pr, c["fm"])
     if op == GRAD:
         return gradientReference(q, dom, pr, f, volumes=vol, crk=crk,
                                  omegas=None if om is None else om[1], renorm=L)

@@ -134,6 +134,11 @@ COVERAGE = {
         JVP: ("test_forward_mode_geometry_jvp_covariance::test_covariance_jvp_schemes",),
         REFERENCE: ("test_covariance::test_covariance_brute_force",),
     },
+    ("Momentum", None): {
+        GRADCHECK: ("test_momentum::test_momentum_gradcheck",),
+        JVP: ("test_forward_mode_momentum::test_momentum_jvp",),
+        REFERENCE: ("test_momentum::test_momentum_brute_force",),
+    },
 }
 
 

@@ -39,6 +39,7 @@ from ._shapes import (
     gradientShape,
     laplacianShape,
     matrixShape,
+    momentumShape,
     noFieldShape,
     sameShape,
 )
@@ -212,6 +213,13 @@ OPERATORS = {
                  rejectedStates=("crk", "renorm", "gradH")),
         correctedGradient=True,
         corrections=CorrectionUses(volumes=_APPLIED, crk=_APPLIED, renorm=_APPLIED)),
+    WarpOperation.Momentum: OperatorEntry(
+        WarpOperation.Momentum, "momentum",
+        "F_i = Σ_j (V_i² + V_j²) [−p̃_ij G_ij + μ_ij u_ij (x_ij · G_ij) / r_ij² "
+        "+ ½ (A_i + A_j) · G_ij]", "`[N_q, d]`", momentumShape,
+        JVPScope(valueTangents=True, geometry=("positions", "supports"),
+                 linearInValues=False),
+        values=ValueInputs.QUERY_AND_REFERENCE, readsDensities=False),
 }
 
 

@@ -166,6 +166,8 @@ class JVPScope:
         valueSelection: ``(option, value)`` under which the values select the pairs (the
             operator is not linear in them): value tangents go through the Tier-2 kernel,
             which keeps the primal's selection.
+        linearInValues: False for an operator that is never linear in its values (Momentum):
+            value tangents always go through the Tier-2 kernel.
     """
 
     valueTangents: bool
@@ -175,8 +177,11 @@ class JVPScope:
     rejectedOptions: tuple = ()
     dims: tuple = (1, 2, 3)
     valueSelection: Optional[tuple] = None
+    linearInValues: bool = True
 
     def selectsByValues(self, properties) -> bool:
+        if not self.linearInValues:
+            return True
         if self.valueSelection is None:
             return False
         option, value = self.valueSelection

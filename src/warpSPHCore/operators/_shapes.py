@@ -14,7 +14,7 @@ import math
 from ..enumTypes import LaplacianScheme
 
 __all__ = ["shapeError", "noFieldShape", "matrixShape", "sameShape", "gradientShape",
-           "divergenceShape", "curlShape", "laplacianShape"]
+           "divergenceShape", "curlShape", "laplacianShape", "momentumShape"]
 
 _WHERE = "warpOperation"
 
@@ -94,3 +94,23 @@ def laplacianShape(shape: tuple, d: int, props) -> tuple:
         raise shapeError("Laplacian (positiveDivergence=True)", d, f"vector fields [N, {d}]"
                          + (" or a scalar [N]" if d == 1 else ""), shape)
     return shape
+
+
+def momentumShape(shape: tuple, d: int, props) -> tuple:
+    """Momentum: one d-vector per query, ``[N_q, d]``, from the per-particle field
+    ``[N, 4 + 2 d]`` (p, rho, V, mu, u, u~; `operators.momentum`)."""
+    shape = tuple(shape)
+    F = 4 + 2 * d
+    if shape != (F,):
+        raise shapeError("Momentum", d, f"the per-particle field [N, {F}] with the columns "
+                         f"(p, rho, V, mu, u_0..u_{d - 1}, u~_0..u~_{d - 1})", shape)
+    return (d,)
+
+
+def _momentumField(d: int) -> tuple:
+    return (4 + 2 * d,)
+
+
+_momentumField.label = "4 + 2d"
+#: the one field shape per d the rule accepts (read by the docs tables)
+momentumShape.fieldShape = _momentumField

@@ -38,6 +38,7 @@ OPERATOR_MODULES = {
     "Curl": ("operators.curl",),
     "Laplacian": ("operators.laplacian",),
     "Covariance": ("operators.covariance",),
+    "Momentum": ("operators.momentum",),
     "CRK": ("corrections._crkKernels",),
     "Renormalization": ("corrections._renormKernels", "operators.covariance"),
     "GradH": ("corrections.gradH",),

@@ -94,6 +94,7 @@ _OPERATORS = {
     "gradient": "warpOperation(Gradient)", "divergence": "warpOperation(Divergence)",
     "curl": "warpOperation(Curl)", "laplacian": "warpOperation(Laplacian)",
     "covariance": "warpOperation(Covariance)", "densityHVP": "warpOperationHVP(Density)",
+    "momentum": "warpOperation(Momentum)",
     "crkVolume": "computeCRKFactors (volumes)", "crkMoments": "computeCRKFactors (moments)",
     "crkDensity": "computeCRKFactors (CRK density)", "omega": "computeOmega",
     "filterPairs": "filterVerletList",

@@ -1,0 +1,330 @@
+"""Momentum (issue 16): the fused momentum rate of weakly compressible SPH with the
+transport-velocity formulation of Adami, Hu & Adams (2013, J. Comput. Phys. 241: 292-307),
+pressure, viscosity and the transport-velocity stress summed in one neighbour traversal:
+
+    F_i = sum_j (V_i^2 + V_j^2) [ -p~_ij G_ij + mu_ij u_ij (x_ij . G_ij) / D_ij^2
+                                  + 1/2 (A_i + A_j) . G_ij ]
+
+* p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j): the density-weighted inter-particle
+  pressure (0 where rho_i + rho_j <= 0);
+* mu_ij = 2 mu_i mu_j / (mu_i + mu_j): the inter-particle dynamic viscosity (mu for a single
+  fluid; 0 where mu_i + mu_j <= 0), u_ij = u_i - u_j; the viscous term is the Morris et al.
+  (1997) form written with G_ij: (x_ij . G_ij) / r_ij^2 = (dW/dr) / r_ij;
+* A = rho u (u~ - u)^T, the transport-velocity stress: (A . G)_a = rho u_a ((u~ - u) . G);
+* G_ij = grad_i W_ij (the call's kernel and support scheme; no CRK, renormalization or grad-h:
+  correction states are accepted and ignored), D_ij = r_ij + 1e-8 h_ij (the library's
+  Brookshaw denominator), pairs with r_ij = 0 skipped (their G is 0).
+
+The acceleration is F_i / m_i (`fluids.momentumAcceleration` divides; the operator itself
+reads no masses). Walls are references like any other particle: their p, rho, V and u are
+the extrapolated values of the Adami et al. (2012) dummy particles and u~ = u (A = 0).
+
+* Values: one field per particle, ``[N, 4 + 2 d]`` with the columns
+  ``(p, rho, V, mu, u_0 .. u_{d-1}, u~_0 .. u~_{d-1})``; query and reference fields in the
+  flat ``[N_q F | N_r F]`` layout of the value operators (``values``, ``fieldWidth`` = F).
+  The densities, masses and volumes of the particle states are not read.
+* One thread per query accumulates the d-vector F_i (whole-vector accumulation, W74): the
+  kernel gradient is evaluated once per pair. Kinds masking (`operators.md` §6): a masked
+  query row is exactly 0, masked references are skipped. Calibration multiplies the sum.
+
+Derivatives: reverse mode w.r.t. positions, supports and every field column (Warp's
+generated adjoint through `StateAwareWarpFunction`). Forward mode: `momentumJVPKernel`, the
+exact derivative of the primal w.r.t. positions, supports and the field (the operator is not
+linear in its values, so value tangents also go through this kernel, with the primal field
+frozen in the tangent pack's ``values``); itself reverse-differentiable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import (
+    computePairwiseSupport,
+    computePairwiseSupportJVP,
+    sphKernelGradient_ij,
+)
+from ..neighborhood.traversal import gridQueryCell
+from ..util.precision import warpScalar
+from ._coefficients import LAPLACIAN_REG_N as _REG_N
+from ._tangents import kernelGradientJVP_ij, pairTangent_ij
+from ._traversal import makeNeighborSum, pairVector
+
+__all__ = ["MOMENTUM_COLUMNS", "momentumFieldWidth", "momentumPair", "momentumPairTerm",
+           "momentumKernel", "momentumJVPPairTerm", "momentumJVPKernel", "MOMENTUM_SPEC"]
+
+#: the scalar columns of the per-particle field, before the velocity and transport velocity
+MOMENTUM_COLUMNS = ("pressure", "density", "volume", "viscosity")
+
+
+def momentumFieldWidth(d: int) -> int:
+    """F = 4 + 2 d: (p, rho, V, mu), u, u~."""
+    return len(MOMENTUM_COLUMNS) + 2 * d
+
+
+@wp.func
+def _fieldVector(values: Any, base: wp.int32, d: wp.int32, like: Any):
+    """The d-vector ``values[base : base + d]`` (whole-vector accumulation, W74)."""
+    v = type(like)()
+    for c in range(3):
+        if c < d:
+            e = type(like)()
+            e[c] = type(like[0])(1.0)
+            v = v + values[base + c] * e
+    return v
+
+
+@wp.func
+def _particleFields(values: Any, base: wp.int32, d: wp.int32, like: Any):
+    """(p, rho, V, mu, u, u~) of the particle whose field starts at ``values[base]``."""
+    return (values[base], values[base + 1], values[base + 2], values[base + 3],
+            _fieldVector(values, base + 4, d, like), _fieldVector(values, base + 4 + d, d, like))
+
+
+@wp.func
+def _weightedPressure(p_i: Any, p_j: Any, rho_i: Any, rho_j: Any):
+    """p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j); 0 where rho_i + rho_j <= 0."""
+    s = rho_i + rho_j
+    res = type(s)(0.0)
+    if s > type(s)(0.0):
+        res = (rho_j * p_i + rho_i * p_j) / s
+    return res
+
+
+@wp.func
+def _pairViscosity(mu_i: Any, mu_j: Any):
+    """mu_ij = 2 mu_i mu_j / (mu_i + mu_j); 0 where mu_i + mu_j <= 0."""
+    s = mu_i + mu_j
+    res = type(s)(0.0)
+    if s > type(s)(0.0):
+        res = type(s)(2.0) * mu_i * mu_j / s
+    return res
+
+
+@wp.func
+def momentumPair(G: Any, x_ij: Any, D: Any, p_i: Any, rho_i: Any, V_i: Any, mu_i: Any,
+                 u_i: Any, ut_i: Any, p_j: Any, rho_j: Any, V_j: Any, mu_j: Any, u_j: Any,
+                 ut_j: Any):
+    """The pair contribution (module formula) for the kernel gradient G, the pair vector x_ij
+    and the denominator D = r_ij + 1e-8 h_ij."""
+    w = V_i * V_i + V_j * V_j
+    visc = _pairViscosity(mu_i, mu_j) * wp.dot(x_ij, G) / (D * D)
+    a_i = rho_i * wp.dot(ut_i - u_i, G) * u_i
+    a_j = rho_j * wp.dot(ut_j - u_j, G) * u_j
+    return w * (visc * (u_i - u_j) - _weightedPressure(p_i, p_j, rho_i, rho_j) * G
+                + type(D)(0.5) * (a_i + a_j))
+
+
+# Inlined into both traversals (struct arguments of a non-inlined function are copied per
+# pair; docs/performance.md).
+@wp.func
+def momentumPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                     dom: Any, corr: Any, ks: Any, extra: Any):
+    """The d-vector pair contribution of reference j to F_i; 0 for a reference masked by the
+    mode or a coincident pair (r_ij = 0)."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        r_ij = wp.length(x_ij)
+        if r_ij > type(r_ij)(0.0):
+            d = dom.dim
+            h_i = q.supports[i]
+            h_j = r.supports[j]
+            G = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, d)
+            D = r_ij + type(r_ij)(_REG_N) * computePairwiseSupport(h_i, h_j, ks.supportMode)
+            p_i, rho_i, V_i, mu_i, u_i, ut_i = _particleFields(extra, i * F, d, x_ij)
+            p_j, rho_j, V_j, mu_j, u_j, ut_j = _particleFields(
+                extra, q.masses.shape[0] * F + j * F, d, x_ij)
+            res = momentumPair(G, x_ij, D, p_i, rho_i, V_i, mu_i, u_i, ut_i, p_j, rho_j, V_j,
+                               mu_j, u_j, ut_j)
+    return res
+
+
+momentumCsrSum, momentumGridSum = makeNeighborSum(momentumPairTerm, "momentum", vector=True,
+                                                  replayZero=True)
+
+
+@wp.kernel
+def momentumKernel(queryState: Any, referenceState: Any, domainState: Any,
+                   useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                   correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
+                   fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """Thread i: out[i d + delta] = N sum_j (pair contribution)[delta]; 0 for a masked
+    query."""
+    i = wp.tid()
+    ks = kernelProperties
+    val = queryState.positions.dtype()
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = momentumCsrSum(adjacencyState, i, 0, fieldWidth, queryState, referenceState,
+                                 domainState, correctionData, ks, values)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = momentumGridSum(gridState, cell, i, 0, fieldWidth, queryState,
+                                  referenceState, domainState, correctionData, ks, values)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    base = i * domainState.dim
+    for delta in range(domainState.dim):
+        out[base + delta] = val[delta]
+
+
+declareStateOverloads(momentumKernel, {"values": "scalar", "out": "scalar"})
+
+
+# --- forward mode (Tier 2) ----------------------------------------------------------------
+
+
+@wp.func
+def _tangentFields(t: Any, base: wp.int32, d: wp.int32, like: Any):
+    """The tangents (dp, drho, dV, dmu, du, du~) of one particle's field; 0 without a value
+    tangent."""
+    zero = type(like[0])(0.0)
+    dp = zero
+    drho = zero
+    dV = zero
+    dmu = zero
+    du = type(like)()
+    dut = type(like)()
+    if t.hasValueTangent:
+        dp, drho, dV, dmu, du, dut = _particleFields(t.tValues, base, d, like)
+    return dp, drho, dV, dmu, du, dut
+
+
+@wp.func
+def _weightedPressureJVP(p_i: Any, p_j: Any, rho_i: Any, rho_j: Any, dp_i: Any, dp_j: Any,
+                         drho_i: Any, drho_j: Any):
+    """Tangent of `_weightedPressure`."""
+    s = rho_i + rho_j
+    res = type(s)(0.0)
+    if s > type(s)(0.0):
+        pt = (rho_j * p_i + rho_i * p_j) / s
+        dnum = drho_j * p_i + rho_j * dp_i + drho_i * p_j + rho_i * dp_j
+        res = (dnum - pt * (drho_i + drho_j)) / s
+    return res
+
+
+@wp.func
+def _pairViscosityJVP(mu_i: Any, mu_j: Any, dmu_i: Any, dmu_j: Any):
+    """Tangent of `_pairViscosity`: 2 (mu_j^2 dmu_i + mu_i^2 dmu_j) / (mu_i + mu_j)^2."""
+    s = mu_i + mu_j
+    res = type(s)(0.0)
+    if s > type(s)(0.0):
+        res = type(s)(2.0) * (mu_j * mu_j * dmu_i + mu_i * mu_i * dmu_j) / (s * s)
+    return res
+
+
+@wp.func
+def _stressJVP(G: Any, dG: Any, rho: Any, u: Any, ut: Any, drho: Any, du: Any, dut: Any):
+    """Tangent of rho ((u~ - u) . G) u, one side of the transport-velocity term."""
+    c = wp.dot(ut - u, G)
+    dc = wp.dot(dut - du, G) + wp.dot(ut - u, dG)
+    return (drho * c + rho * dc) * u + (rho * c) * du
+
+
+@wp.func
+def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                        dom: Any, corr: Any, ks: Any, t: Any):
+    """Tangent of `momentumPairTerm` for the pack `t` (position and support tangents, the
+    frozen field ``t.values`` and its tangent ``t.tValues``); 0 where the primal is."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        r_ij = wp.length(x_ij)
+        if r_ij > type(r_ij)(0.0):
+            d = dom.dim
+            h_i = q.supports[i]
+            h_j = r.supports[j]
+            dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+            G = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, d)
+            dG = kernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
+            reg = type(r_ij)(_REG_N)
+            D = r_ij + reg * computePairwiseSupport(h_i, h_j, ks.supportMode)
+            dD = wp.dot(x_ij, dx) / r_ij + reg * computePairwiseSupportJVP(
+                h_i, h_j, dh_i, dh_j, ks.supportMode)
+            bi = i * F
+            bj = q.masses.shape[0] * F + j * F
+            p_i, rho_i, V_i, mu_i, u_i, ut_i = _particleFields(t.values, bi, d, x_ij)
+            p_j, rho_j, V_j, mu_j, u_j, ut_j = _particleFields(t.values, bj, d, x_ij)
+            dp_i, drho_i, dV_i, dmu_i, du_i, dut_i = _tangentFields(t, bi, d, x_ij)
+            dp_j, drho_j, dV_j, dmu_j, du_j, dut_j = _tangentFields(t, bj, d, x_ij)
+
+            w = V_i * V_i + V_j * V_j
+            dw = type(w)(2.0) * (V_i * dV_i + V_j * dV_j)
+            mu = _pairViscosity(mu_i, mu_j)
+            dmu = _pairViscosityJVP(mu_i, mu_j, dmu_i, dmu_j)
+            xg = wp.dot(x_ij, G)
+            dxg = wp.dot(dx, G) + wp.dot(x_ij, dG)
+            visc = mu * xg / (D * D)
+            dvisc = (dmu * xg + mu * dxg) / (D * D) - type(w)(2.0) * visc * dD / D
+            pt = _weightedPressure(p_i, p_j, rho_i, rho_j)
+            dpt = _weightedPressureJVP(p_i, p_j, rho_i, rho_j, dp_i, dp_j, drho_i, drho_j)
+            half = type(w)(0.5)
+            B = (visc * (u_i - u_j) - pt * G
+                 + half * (rho_i * wp.dot(ut_i - u_i, G) * u_i
+                           + rho_j * wp.dot(ut_j - u_j, G) * u_j))
+            dB = (dvisc * (u_i - u_j) + visc * (du_i - du_j) - dpt * G - pt * dG
+                  + half * (_stressJVP(G, dG, rho_i, u_i, ut_i, drho_i, du_i, dut_i)
+                            + _stressJVP(G, dG, rho_j, u_j, ut_j, drho_j, du_j, dut_j)))
+            res = dw * B + w * dB
+    return res
+
+
+momentumJVPCsrSum, momentumJVPGridSum = makeNeighborSum(momentumJVPPairTerm, "momentumJVP",
+                                                        vector=True, replayZero=True,
+                                                        tangent=True)
+
+
+@wp.kernel
+def momentumJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                      useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                      correctionData: Any, kernelProperties: Any, tangents: Any,
+                      fieldWidth: wp.int32, out: wp.array(dtype=Any)):
+    """Thread i: d out[i d + delta] = N sum_j (pair tangent)[delta]; 0 for a masked query
+    (layout of `momentumKernel`)."""
+    i = wp.tid()
+    ks = kernelProperties
+    val = queryState.positions.dtype()
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = momentumJVPCsrSum(adjacencyState, i, 0, fieldWidth, queryState,
+                                    referenceState, domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = momentumJVPGridSum(gridState, cell, i, 0, fieldWidth, queryState,
+                                     referenceState, domainState, correctionData, ks, tangents)
+        if ks.calibrateNormalization:
+            val = val * ks.normalizationCoefficient
+    base = i * domainState.dim
+    for delta in range(domainState.dim):
+        out[base + delta] = val[delta]
+
+
+declareStateOverloads(momentumJVPKernel, {"out": "scalar"}, tangent=True)
+
+
+def _callScalar(ctx, extras):
+    return warpScalar(ctx.query.positions.dtype)
+
+
+def _flatOutputShape(ctx, extras):
+    return (ctx.numQueries * int(ctx.domain.dim),)
+
+
+def _queryThreads(ctx, extras):
+    return ctx.numQueries
+
+
+MOMENTUM_SPEC = OperatorSpec(
+    kernel=momentumKernel,
+    outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
+    extras=(ExtraSpec("values", ExtraKind.TENSOR),
+            ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
+    numThreads=_queryThreads,
+    jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
+                geometryKernel=momentumJVPKernel, geometryThreads=_queryThreads),
+)
