@@ -11,6 +11,8 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
   diffusion (Molteni & Colagrossi), the continuity density rate, body forces, number-density
   volumes and the transport-velocity background-pressure acceleration (Adami et al. 2013),
   each one or two operator calls.
+* `momentum`: `momentumAcceleration`, pressure, viscosity and the transport-velocity stress
+  of Adami et al. (2013) in one traversal (the fused Momentum operator).
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
@@ -35,6 +37,7 @@ from .integrators import (
     predictorCorrector,
     symplecticEuler,
 )
+from .momentum import momentumAcceleration, momentumField
 from .relaxation import relaxParticles
 from .rollout import rollout
 from .terms import (
@@ -63,6 +66,8 @@ __all__ = [
     "bodyAcceleration",
     "numberDensityVolumes",
     "backgroundPressureAcceleration",
+    "momentumAcceleration",
+    "momentumField",
     "relaxParticles",
     "stableTimeStep",
     "FluidState",

@@ -1,0 +1,109 @@
+"""The momentum equation of weakly compressible SPH in one neighbour traversal (issue 16,
+item 1): pressure, viscosity and the transport-velocity stress of Adami, Hu & Adams (2013,
+J. Comput. Phys. 241: 292-307) through the fused Momentum operator
+(`operators.momentum`), divided by the masses:
+
+    a_i = (1 / m_i) sum_j (V_i^2 + V_j^2) [ -p~_ij G_ij + mu_ij u_ij (x_ij . G_ij) / r_ij^2
+                                            + 1/2 (A_i + A_j) . G_ij ]
+
+with p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j), mu_ij = 2 mu_i mu_j / (mu_i + mu_j),
+u_ij = u_i - u_j and A = rho u (u~ - u)^T (zero without transport velocities). For
+V = m / rho and without the A term this is the inter-particle averaged pressure and the
+Morris et al. (1997) viscosity of Adami et al. (2012); with V = 1 / sum_j W_ij
+(`terms.numberDensityVolumes`) and the transport velocity u~ it is the momentum of the
+transport-velocity formulation (docs/fluids.md). Its background-pressure companion, which
+gives u~, is `terms.backgroundPressureAcceleration`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..dataTypes.operationProperties import OperationProperties
+from ..enumTypes import KernelFunctions, SupportScheme, WarpOperation
+from ..operations import warpOperation
+
+__all__ = ["momentumAcceleration", "momentumField"]
+
+
+def _column(name: str, value, n: int, like: torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    if t.dim() == 0:
+        return t.expand(n)
+    if tuple(t.shape) != (n,):
+        raise ValueError(f"momentumAcceleration: {name} has shape {tuple(t.shape)}; accepted: "
+                         f"a number, a 0-dim tensor or [{n}]")
+    return t
+
+
+def momentumField(particles, pressures, velocities, dynamicViscosity=0.0,
+                  transportVelocities=None, volumes=None) -> torch.Tensor:
+    """The Momentum operator's per-particle field ``[N, 4 + 2 d]``: the columns
+    (p, rho, V, mu, u, u~) (`operators.momentum`).
+
+    Args:
+        particles: `ParticleState` with densities (rho) and masses.
+        pressures: ``[N]``.
+        velocities: ``[N, d]``.
+        dynamicViscosity: mu, a number, a 0-dim tensor or ``[N]``.
+        transportVelocities: ``[N, d]`` u~, or None (u~ = u: no transport-velocity stress).
+        volumes: ``[N]`` V, or None (m / rho).
+
+    Returns:
+        ``[N, 4 + 2 d]``, differentiable in every input.
+    """
+    rho = particles.densities
+    if rho is None:
+        raise ValueError("momentumAcceleration: particles.densities is None; accepted: a "
+                         "ParticleState with densities")
+    x = particles.positions
+    n, d = x.shape
+    if tuple(velocities.shape) != (n, d):
+        raise ValueError(f"momentumAcceleration: velocities has shape "
+                         f"{tuple(velocities.shape)}; accepted: [{n}, {d}]")
+    ut = velocities if transportVelocities is None else transportVelocities
+    if tuple(ut.shape) != (n, d):
+        raise ValueError(f"momentumAcceleration: transportVelocities has shape "
+                         f"{tuple(ut.shape)}; accepted: [{n}, {d}]")
+    V = particles.masses / rho if volumes is None else volumes
+    columns = [_column("pressures", pressures, n, x), rho, _column("volumes", V, n, x),
+               _column("dynamicViscosity", dynamicViscosity, n, x)]
+    return torch.cat([torch.stack(columns, dim=1), velocities, ut], dim=1)
+
+
+def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
+                         dynamicViscosity=0.0, transportVelocities=None, volumes=None,
+                         kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                         operationMode=9):
+    """Momentum acceleration a_i (module formula), one neighbour traversal.
+
+    Args:
+        particles: `ParticleState` with densities; the masses divide the sum. Walls are
+            particles of kind boundary with their extrapolated pressure, density and velocity
+            (`fluids.walls`).
+        pressures: ``[N]`` p.
+        velocities: ``[N, d]`` u.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list (`AdjacencyList` or `CompactHashMap`; None: a grid
+            built for the call).
+        dynamicViscosity: mu = rho0 nu: a number, a 0-dim tensor or ``[N]`` (per particle,
+            averaged harmonically per pair); differentiable as a tensor.
+        transportVelocities: ``[N, d]`` u~ of the transport-velocity formulation, or None.
+        volumes: ``[N]`` V (default m / rho; the transport-velocity formulation uses
+            `terms.numberDensityVolumes`).
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode (`operators.md` §6; e.g. fluid queries over fluid and
+            wall references).
+
+    Returns:
+        ``[N, d]`` accelerations; 0 for a query the kind mode masks. Differentiable in
+        reverse and forward mode (dual tensors) w.r.t. positions, supports, masses, densities,
+        pressures, velocities, transport velocities, volumes and viscosity.
+    """
+    field = momentumField(particles, pressures, velocities, dynamicViscosity,
+                          transportVelocities, volumes)
+    props = OperationProperties(kernel, operation=WarpOperation.Momentum,
+                                supportMode=supportMode, operationMode=operationMode)
+    force = warpOperation(particles, props, domain, queryValues=field, adjacency=adjacency)
+    return force / particles.masses[:, None]
