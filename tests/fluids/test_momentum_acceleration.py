@@ -13,7 +13,12 @@ import torch.autograd.forward_ad as fwAD
 from fluid_reference import ref
 
 from warpSPHCore import KernelFunctions, ParticleState, SupportScheme
-from warpSPHCore.fluids import momentumAcceleration, numberDensityVolumes
+from warpSPHCore.fluids import (
+    backgroundPressureAcceleration,
+    momentumAcceleration,
+    numberDensityVolumes,
+    transportVelocityAccelerations,
+)
 
 KERNEL = KernelFunctions.Wendland4
 GATHER = int(SupportScheme.Gather)
@@ -82,6 +87,14 @@ def test_momentum_acceleration_reference(d, traversal):
     want = _numpyMomentum(p, dom, pres, u, ut, mu, V, 11)
     np.testing.assert_allclose(a.numpy(), want, rtol=0, atol=1e-12 * np.abs(want).max())
     assert torch.all(a[p.kinds == 1] == 0)
+    # the same traversal's background-pressure acceleration equals the term computed alone
+    a2, ab = transportVelocityAccelerations(p, pres, u, dom, adj, backgroundPressure=2.5,
+                                            dynamicViscosity=mu, transportVelocities=ut,
+                                            volumes=V, kernel=KERNEL, operationMode=11)
+    assert torch.equal(a2, a)
+    alone = backgroundPressureAcceleration(p, dom, adj, 2.5, volumes=V, kernel=KERNEL,
+                                           operationMode=11)
+    torch.testing.assert_close(ab, alone, rtol=0, atol=1e-12 * alone.abs().max())
 
 
 def test_momentum_acceleration_derivatives():

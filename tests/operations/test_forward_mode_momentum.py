@@ -45,8 +45,8 @@ def test_momentum_jvp(d, traversal, mode):
                              queryValues=fl, adjacency=adj)
 
     J = torch.autograd.functional.jacobian(primal, (q.positions, q.supports, f))
-    Jv = sum(Jk.reshape(n * d, -1) @ v.reshape(-1) for Jk, v in zip(J, (vx, vh, vf)))
-    Jv = Jv.reshape(n, d)
+    Jv = sum(Jk.reshape(n * 2 * d, -1) @ v.reshape(-1) for Jk, v in zip(J, (vx, vh, vf)))
+    Jv = Jv.reshape(n, 2, d)
     tan = warpOperationJVP(q, pr, dom, tangentQueryValues=vf, queryValues=f, adjacency=adj,
                            queryTangentState=ParticleTangentState(positions=vx, supports=vh))
     scale = Jv.abs().max()
@@ -57,7 +57,7 @@ def test_momentum_jvp(d, traversal, mode):
     torch.testing.assert_close(tan, fd, rtol=0, atol=1e-6 * scale)
     # value tangents alone: not the operator on the tangent field (it is not linear)
     tanV = warpOperationJVP(q, pr, dom, tangentQueryValues=vf, queryValues=f, adjacency=adj)
-    JvV = (J[2].reshape(n * d, -1) @ vf.reshape(-1)).reshape(n, d)
+    JvV = (J[2].reshape(n * 2 * d, -1) @ vf.reshape(-1)).reshape(n, 2, d)
     torch.testing.assert_close(tanV, JvV, rtol=0, atol=1e-11 * JvV.abs().max())
     with fwAD.dual_level():
         out = primal(fwAD.make_dual(q.positions, vx), fwAD.make_dual(q.supports, vh),

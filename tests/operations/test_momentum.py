@@ -72,8 +72,9 @@ def _pairSupport(hq, hr, mode):
 
 
 def momentumReference(query, domain, pr, fq, reference=None, fr=None):
-    """F_i = sum_j (V_i^2 + V_j^2) [-p~_ij G_ij + mu_ij u_ij (x_ij . G_ij) / D^2
-    + 1/2 (A_i + A_j) . G_ij], brute force over all pairs (operators.momentum)."""
+    """(F_i, B_i) ``[N_q, 2, d]``: F_i = sum_j (V_i^2 + V_j^2) [-p~_ij G_ij
+    + mu_ij u_ij (x_ij . G_ij) / D^2 + 1/2 (A_i + A_j) . G_ij], B_i = sum_j (V_i^2 + V_j^2)
+    G_ij, brute force over all pairs (operators.momentum)."""
     ref = query if reference is None else reference
     fr = fq if fr is None else fr
     d = query.positions.shape[1]
@@ -104,8 +105,10 @@ def momentumReference(query, domain, pr, fq, reference=None, fr=None):
     term = w[..., None] * (visc[..., None] * (u_i - u_j) - pt[..., None] * G
                            + 0.5 * (A_i + A_j))
     qm, rm = masks(pr.operationMode, _np(query.kinds), _np(ref.kinds))
-    term = term * (rm[None, :, None] & (r > 0)[..., None])
-    return term.sum(axis=1) * qm[:, None]
+    keep = rm[None, :, None] & (r > 0)[..., None]
+    F = (term * keep).sum(axis=1) * qm[:, None]
+    B = (w[..., None] * G * keep).sum(axis=1) * qm[:, None]
+    return np.stack([F, B], axis=1)
 
 
 def _kinds(n, seed):
@@ -134,7 +137,7 @@ def test_momentum_brute_force(d, dtype, traversal):
         ref = momentumReference(q, dom, pr, fq)
         scale = np.abs(ref).max()
         tol = 1e-12 if dtype == F64 else 2e-5
-        assert out.shape == (n, d) and out.dtype == dtype
+        assert out.shape == (n, 2, d) and out.dtype == dtype
         np.testing.assert_allclose(_np(out), ref, rtol=0, atol=tol * scale, err_msg=mode.name)
     # distinct reference set (its own field)
     dom = makeDomain(d, dtype, "cpu")
@@ -191,9 +194,9 @@ def test_momentum_gradcheck(d, traversal):
 
 @pytest.mark.parametrize("d", [2, 3])
 def test_momentum_lattice_at_rest_and_newton(d):
-    """Uniform pressure on a periodic lattice at rest: F = 0 (the sum of G_ij vanishes by
-    symmetry). Random fields under a symmetric support scheme: sum_i F_i = 0 when the
-    transport velocity equals the velocity (every pair term is antisymmetric in i, j)."""
+    """Uniform pressure on a periodic lattice at rest: F = B = 0 (the sum of G_ij vanishes by
+    symmetry). Random fields under a symmetric support scheme: sum_i F_i = sum_i B_i = 0 when
+    the transport velocity equals the velocity (every pair term is antisymmetric in i, j)."""
     n = 6
     dom = makeDomain(d, F64, "cpu", lo=0.0, hi=1.0, periodic=True)
     g = (torch.arange(n, dtype=F64) + 0.5) / n
@@ -204,7 +207,7 @@ def test_momentum_lattice_at_rest_and_newton(d):
     f = torch.zeros(N, 4 + 2 * d, dtype=F64)
     f[:, 0], f[:, 1], f[:, 2], f[:, 3] = 3.0, 1.0, n ** -d, 0.1
     out = warpOperation(q, props(MOM), dom, queryValues=f)
-    assert out.abs().max() < 1e-9
+    assert out.abs().max() < 1e-9  # F and B
     jitter = torch.Generator().manual_seed(d)
     xj = x + 0.1 / n * (torch.rand(x.shape, generator=jitter, dtype=F64) - 0.5)
     f = _field(N, d, 3)
@@ -213,8 +216,9 @@ def test_momentum_lattice_at_rest_and_newton(d):
                        q.masses, q.kinds)
     out = warpOperation(qj, props(MOM, supportMode=SupportScheme.MeanSymmetric), dom,
                         queryValues=f)
-    assert out.abs().max() > 1e-3
-    assert out.sum(0).abs().max() < 1e-10 * out.abs().max() * N
+    assert out[:, 0].abs().max() > 1e-3 and out[:, 1].abs().max() > 1e-6
+    for row in (0, 1):
+        assert out[:, row].sum(0).abs().max() < 1e-10 * out[:, row].abs().max() * N
 
 
 def test_momentum_masked_query_and_bad_field():
@@ -224,6 +228,7 @@ def test_momentum_masked_query_and_bad_field():
     f = _field(10, 2, 1)
     out = warpOperation(q, props(MOM, operationMode=11), dom, queryValues=f)
     assert torch.all(out[1::2] == 0) and out[0::2].abs().max() > 0
+    assert out.shape == (10, 2, 2)
     with pytest.raises(ValueError, match=r"Momentum of a field of shape \[N, 7\] in 2D.*"
                                          r"\[N, 8\]"):
         warpOperation(q, props(MOM), dom, queryValues=f[:, :7])

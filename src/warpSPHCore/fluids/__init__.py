@@ -12,7 +12,9 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
   volumes and the transport-velocity background-pressure acceleration (Adami et al. 2013),
   each one or two operator calls.
 * `momentum`: `momentumAcceleration`, pressure, viscosity and the transport-velocity stress
-  of Adami et al. (2013) in one traversal (the fused Momentum operator).
+  of Adami et al. (2013) in one traversal (the fused Momentum operator), and
+  `transportVelocityAccelerations`, which adds the background-pressure acceleration from the
+  same traversal.
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
@@ -37,7 +39,7 @@ from .integrators import (
     predictorCorrector,
     symplecticEuler,
 )
-from .momentum import momentumAcceleration, momentumField
+from .momentum import momentumAcceleration, momentumField, transportVelocityAccelerations
 from .relaxation import relaxParticles
 from .rollout import rollout
 from .terms import (
@@ -68,6 +70,7 @@ __all__ = [
     "backgroundPressureAcceleration",
     "momentumAcceleration",
     "momentumField",
+    "transportVelocityAccelerations",
     "relaxParticles",
     "stableTimeStep",
     "FluidState",

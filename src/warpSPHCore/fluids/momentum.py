@@ -11,8 +11,12 @@ u_ij = u_i - u_j and A = rho u (u~ - u)^T (zero without transport velocities). F
 V = m / rho and without the A term this is the inter-particle averaged pressure and the
 Morris et al. (1997) viscosity of Adami et al. (2012); with V = 1 / sum_j W_ij
 (`terms.numberDensityVolumes`) and the transport velocity u~ it is the momentum of the
-transport-velocity formulation (docs/fluids.md). Its background-pressure companion, which
-gives u~, is `terms.backgroundPressureAcceleration`.
+transport-velocity formulation (docs/fluids.md).
+
+The same traversal gives the background-pressure acceleration of the transport velocity,
+a^b_i = -(p_b / m_i) sum_j (V_i^2 + V_j^2) G_ij (`terms.backgroundPressureAcceleration`
+computes it alone): `transportVelocityAccelerations` returns both, so a transport-velocity
+step costs one density pass (the volumes) and one momentum pass.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..dataTypes.operationProperties import OperationProperties
 from ..enumTypes import KernelFunctions, SupportScheme, WarpOperation
 from ..operations import warpOperation
 
-__all__ = ["momentumAcceleration", "momentumField"]
+__all__ = ["momentumAcceleration", "transportVelocityAccelerations", "momentumField"]
 
 
 def _column(name: str, value, n: int, like: torch.Tensor) -> torch.Tensor:
@@ -101,9 +105,47 @@ def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
         reverse and forward mode (dual tensors) w.r.t. positions, supports, masses, densities,
         pressures, velocities, transport velocities, volumes and viscosity.
     """
+    rows = _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
+                         transportVelocities, volumes, kernel, supportMode, operationMode)
+    return rows[:, 0] / particles.masses[:, None]
+
+
+def _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
+                  transportVelocities, volumes, kernel, supportMode, operationMode):
     field = momentumField(particles, pressures, velocities, dynamicViscosity,
                           transportVelocities, volumes)
     props = OperationProperties(kernel, operation=WarpOperation.Momentum,
                                 supportMode=supportMode, operationMode=operationMode)
-    force = warpOperation(particles, props, domain, queryValues=field, adjacency=adjacency)
-    return force / particles.masses[:, None]
+    return warpOperation(particles, props, domain, queryValues=field, adjacency=adjacency)
+
+
+def transportVelocityAccelerations(particles, pressures, velocities, domain, adjacency, *,
+                                   backgroundPressure, dynamicViscosity=0.0,
+                                   transportVelocities=None, volumes=None,
+                                   kernel=KernelFunctions.Wendland2,
+                                   supportMode=SupportScheme.Gather, operationMode=9):
+    """The momentum acceleration a_i and the background-pressure acceleration
+    a^b_i = -(p_b / m_i) sum_j (V_i^2 + V_j^2) G_ij of the transport-velocity formulation
+    (Adami, Hu & Adams 2013), from one traversal (module docstring).
+
+    Args:
+        particles: `ParticleState` with densities and masses.
+        pressures: ``[N]`` p.
+        velocities: ``[N, d]`` u.
+        domain: `DomainDescription`.
+        adjacency: the neighbour list.
+        backgroundPressure: p_b (a number or a 0-dim tensor; Adami et al. use rho0 c0^2).
+        dynamicViscosity: mu, a number, a 0-dim tensor or ``[N]``.
+        transportVelocities: ``[N, d]`` u~, or None (u~ = u).
+        volumes: ``[N]`` V (default m / rho; the formulation uses `numberDensityVolumes`).
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme`.
+        operationMode: the kind mode.
+
+    Returns:
+        ``(a, a^b)``, both ``[N, d]``; derivatives as `momentumAcceleration`, and w.r.t. p_b.
+    """
+    rows = _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
+                         transportVelocities, volumes, kernel, supportMode, operationMode)
+    m = particles.masses[:, None]
+    return rows[:, 0] / m, -backgroundPressure * rows[:, 1] / m

@@ -216,7 +216,8 @@ OPERATORS = {
     WarpOperation.Momentum: OperatorEntry(
         WarpOperation.Momentum, "momentum",
         "F_i = Σ_j (V_i² + V_j²) [−p̃_ij G_ij + μ_ij u_ij (x_ij · G_ij) / r_ij² "
-        "+ ½ (A_i + A_j) · G_ij]", "`[N_q, d]`", momentumShape,
+        "+ ½ (A_i + A_j) · G_ij], B_i = Σ_j (V_i² + V_j²) G_ij",
+        "`[N_q, 2, d]` (rows F_i, B_i)", momentumShape,
         JVPScope(valueTangents=True, geometry=("positions", "supports"),
                  linearInValues=False),
         values=ValueInputs.QUERY_AND_REFERENCE, readsDensities=False),

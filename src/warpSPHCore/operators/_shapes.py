@@ -97,14 +97,14 @@ def laplacianShape(shape: tuple, d: int, props) -> tuple:
 
 
 def momentumShape(shape: tuple, d: int, props) -> tuple:
-    """Momentum: one d-vector per query, ``[N_q, d]``, from the per-particle field
+    """Momentum: the rows (F_i, B_i) per query, ``[N_q, 2, d]``, from the per-particle field
     ``[N, 4 + 2 d]`` (p, rho, V, mu, u, u~; `operators.momentum`)."""
     shape = tuple(shape)
     F = 4 + 2 * d
     if shape != (F,):
         raise shapeError("Momentum", d, f"the per-particle field [N, {F}] with the columns "
                          f"(p, rho, V, mu, u_0..u_{d - 1}, u~_0..u~_{d - 1})", shape)
-    return (d,)
+    return (2, d)
 
 
 def _momentumField(d: int) -> tuple:

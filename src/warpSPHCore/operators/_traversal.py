@@ -83,12 +83,15 @@ def _named(fn, name: str):
 
 
 def makeNeighborSum(pairTerm, tag: str, vector: bool = False, replayZero: bool = False,
-                    tangent: bool = False):
+                    tangent: bool = False, zero=None):
     """Build the CSR/grid neighbour sum of `pairTerm` (Warp function names suffixed `tag`);
     `vector`: the pair term returns a d-vector (the positions' type) instead of a scalar;
     `tangent`: a Tier-2 JVP pair term, whose `extra` is the tangent pack struct
-    (`arg_extract.structFor("tangent", d, s)`) instead of a scalar array."""
-    zero = _vectorZero if vector else _scalarZero
+    (`arg_extract.structFor("tangent", d, s)`) instead of a scalar array; `zero`: a Warp
+    function ``zero(q, ks)`` returning the accumulator's zero for another accumulator type
+    (the Momentum's 2 x d matrix), overloaded per (d, scalar type)."""
+    if zero is None:
+        zero = _vectorZero if vector else _scalarZero
 
     def csrSum(adj: Any, i: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any, dom: Any,
                corr: Any, ks: Any, extra: Any):

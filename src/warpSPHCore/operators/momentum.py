@@ -1,9 +1,11 @@
 """Momentum (issue 16): the fused momentum rate of weakly compressible SPH with the
 transport-velocity formulation of Adami, Hu & Adams (2013, J. Comput. Phys. 241: 292-307),
-pressure, viscosity and the transport-velocity stress summed in one neighbour traversal:
+pressure, viscosity and the transport-velocity stress summed in one neighbour traversal,
+together with the background-pressure sum of the transport velocity:
 
     F_i = sum_j (V_i^2 + V_j^2) [ -p~_ij G_ij + mu_ij u_ij (x_ij . G_ij) / D_ij^2
                                   + 1/2 (A_i + A_j) . G_ij ]
+    B_i = sum_j (V_i^2 + V_j^2) G_ij
 
 * p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j): the density-weighted inter-particle
   pressure (0 where rho_i + rho_j <= 0);
@@ -15,16 +17,17 @@ pressure, viscosity and the transport-velocity stress summed in one neighbour tr
   correction states are accepted and ignored), D_ij = r_ij + 1e-8 h_ij (the library's
   Brookshaw denominator), pairs with r_ij = 0 skipped (their G is 0).
 
-The acceleration is F_i / m_i (`fluids.momentumAcceleration` divides; the operator itself
-reads no masses). Walls are references like any other particle: their p, rho, V and u are
+The acceleration is F_i / m_i and the background-pressure acceleration -p_b B_i / m_i
+(`fluids.momentumAcceleration` and `fluids.transportVelocityAccelerations` divide; the
+operator itself reads no masses). Output ``[N_q, 2, d]``: row 0 is F_i, row 1 is B_i. Walls are references like any other particle: their p, rho, V and u are
 the extrapolated values of the Adami et al. (2012) dummy particles and u~ = u (A = 0).
 
 * Values: one field per particle, ``[N, 4 + 2 d]`` with the columns
   ``(p, rho, V, mu, u_0 .. u_{d-1}, u~_0 .. u~_{d-1})``; query and reference fields in the
   flat ``[N_q F | N_r F]`` layout of the value operators (``values``, ``fieldWidth`` = F).
   The densities, masses and volumes of the particle states are not read.
-* One thread per query accumulates the d-vector F_i (whole-vector accumulation, W74): the
-  kernel gradient is evaluated once per pair. Kinds masking (`operators.md` §6): a masked
+* One thread per query accumulates the 2 x d matrix (F_i; B_i) (whole-matrix accumulation,
+  W74): the kernel gradient is evaluated once per pair. Kinds masking (`operators.md` §6): a masked
   query row is exactly 0, masked references are skipped. Calibration multiplies the sum.
 
 Derivatives: reverse mode w.r.t. positions, supports and every field column (Warp's
@@ -40,7 +43,7 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
@@ -54,7 +57,7 @@ from ._coefficients import LAPLACIAN_REG_N as _REG_N
 from ._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
-__all__ = ["MOMENTUM_COLUMNS", "momentumFieldWidth", "momentumPair", "momentumPairTerm",
+__all__ = ["MOMENTUM_COLUMNS", "momentumFieldWidth", "momentumRows", "momentumPair", "momentumPairTerm",
            "momentumKernel", "momentumJVPPairTerm", "momentumJVPKernel", "MOMENTUM_SPEC"]
 
 #: the scalar columns of the per-particle field, before the velocity and transport velocity
@@ -64,6 +67,39 @@ MOMENTUM_COLUMNS = ("pressure", "density", "volume", "viscosity")
 def momentumFieldWidth(d: int) -> int:
     """F = 4 + 2 d: (p, rho, V, mu), u, u~."""
     return len(MOMENTUM_COLUMNS) + 2 * d
+
+
+def momentumRows(d: int, scalar):
+    """The accumulator type of one query: a 2 x d matrix, rows (F_i, B_i)."""
+    return wp.types.matrix(shape=(2, d), dtype=scalar)
+
+
+def _zeroOf(M):
+    def momentumZero(q, ks):
+        return M()
+
+    return momentumZero
+
+
+def _zeroOverloads():
+    """``momentumZero(q, ks)``: the zero 2 x d accumulator, one concrete overload per (d,
+    scalar type) (a generic function cannot name a shape that depends on d)."""
+    result = None
+    for s in (wp.float32, wp.float64):
+        for d in (1, 2, 3):
+            fn = _zeroOf(momentumRows(d, s))
+            # concrete annotations (this module's annotations are strings)
+            fn.__annotations__ = {"q": structFor("particle", d, s),
+                                  "ks": structFor("kernelState", d, s)}
+            f = wp.func(fn)
+            if result is None:
+                result = f
+            else:
+                result.add_overload(f)
+    return result
+
+
+momentumZero = _zeroOverloads()
 
 
 @wp.func
@@ -109,14 +145,15 @@ def _pairViscosity(mu_i: Any, mu_j: Any):
 def momentumPair(G: Any, x_ij: Any, D: Any, p_i: Any, rho_i: Any, V_i: Any, mu_i: Any,
                  u_i: Any, ut_i: Any, p_j: Any, rho_j: Any, V_j: Any, mu_j: Any, u_j: Any,
                  ut_j: Any):
-    """The pair contribution (module formula) for the kernel gradient G, the pair vector x_ij
-    and the denominator D = r_ij + 1e-8 h_ij."""
+    """The pair contribution to (F_i; B_i) (module formula) for the kernel gradient G, the
+    pair vector x_ij and the denominator D = r_ij + 1e-8 h_ij."""
     w = V_i * V_i + V_j * V_j
     visc = _pairViscosity(mu_i, mu_j) * wp.dot(x_ij, G) / (D * D)
     a_i = rho_i * wp.dot(ut_i - u_i, G) * u_i
     a_j = rho_j * wp.dot(ut_j - u_j, G) * u_j
-    return w * (visc * (u_i - u_j) - _weightedPressure(p_i, p_j, rho_i, rho_j) * G
-                + type(D)(0.5) * (a_i + a_j))
+    F = w * (visc * (u_i - u_j) - _weightedPressure(p_i, p_j, rho_i, rho_j) * G
+             + type(D)(0.5) * (a_i + a_j))
+    return wp.matrix_from_rows(F, w * G)
 
 
 # Inlined into both traversals (struct arguments of a non-inlined function are copied per
@@ -124,9 +161,9 @@ def momentumPair(G: Any, x_ij: Any, D: Any, p_i: Any, rho_i: Any, V_i: Any, mu_i
 @wp.func
 def momentumPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                      dom: Any, corr: Any, ks: Any, extra: Any):
-    """The d-vector pair contribution of reference j to F_i; 0 for a reference masked by the
+    """The pair contribution of reference j to (F_i; B_i); 0 for a reference masked by the
     mode or a coincident pair (r_ij = 0)."""
-    res = q.positions.dtype()
+    res = momentumZero(q, ks)
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         r_ij = wp.length(x_ij)
@@ -144,8 +181,8 @@ def momentumPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
     return res
 
 
-momentumCsrSum, momentumGridSum = makeNeighborSum(momentumPairTerm, "momentum", vector=True,
-                                                  replayZero=True)
+momentumCsrSum, momentumGridSum = makeNeighborSum(momentumPairTerm, "momentum",
+                                                  replayZero=True, zero=momentumZero)
 
 
 @wp.kernel
@@ -153,11 +190,11 @@ def momentumKernel(queryState: Any, referenceState: Any, domainState: Any,
                    useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
                    correctionData: Any, kernelProperties: Any, values: wp.array(dtype=Any),
                    fieldWidth: wp.int32, out: wp.array(dtype=Any)):
-    """Thread i: out[i d + delta] = N sum_j (pair contribution)[delta]; 0 for a masked
-    query."""
+    """Thread i: out[2 i d + row d + delta] = N sum_j (pair contribution)[row, delta] (rows F,
+    B); 0 for a masked query."""
     i = wp.tid()
     ks = kernelProperties
-    val = queryState.positions.dtype()
+    val = momentumZero(queryState, ks)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
         if useAdjacency:
             val = momentumCsrSum(adjacencyState, i, 0, fieldWidth, queryState, referenceState,
@@ -168,9 +205,11 @@ def momentumKernel(queryState: Any, referenceState: Any, domainState: Any,
                                   referenceState, domainState, correctionData, ks, values)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
-    base = i * domainState.dim
-    for delta in range(domainState.dim):
-        out[base + delta] = val[delta]
+    d = domainState.dim
+    base = i * 2 * d
+    for delta in range(d):
+        out[base + delta] = val[0, delta]
+        out[base + d + delta] = val[1, delta]
 
 
 declareStateOverloads(momentumKernel, {"values": "scalar", "out": "scalar"})
@@ -231,7 +270,7 @@ def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
                         dom: Any, corr: Any, ks: Any, t: Any):
     """Tangent of `momentumPairTerm` for the pack `t` (position and support tangents, the
     frozen field ``t.values`` and its tangent ``t.tValues``); 0 where the primal is."""
-    res = q.positions.dtype()
+    res = momentumZero(q, ks)
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         r_ij = wp.length(x_ij)
@@ -264,19 +303,19 @@ def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
             pt = _weightedPressure(p_i, p_j, rho_i, rho_j)
             dpt = _weightedPressureJVP(p_i, p_j, rho_i, rho_j, dp_i, dp_j, drho_i, drho_j)
             half = type(w)(0.5)
-            B = (visc * (u_i - u_j) - pt * G
+            Q = (visc * (u_i - u_j) - pt * G
                  + half * (rho_i * wp.dot(ut_i - u_i, G) * u_i
                            + rho_j * wp.dot(ut_j - u_j, G) * u_j))
-            dB = (dvisc * (u_i - u_j) + visc * (du_i - du_j) - dpt * G - pt * dG
+            dQ = (dvisc * (u_i - u_j) + visc * (du_i - du_j) - dpt * G - pt * dG
                   + half * (_stressJVP(G, dG, rho_i, u_i, ut_i, drho_i, du_i, dut_i)
                             + _stressJVP(G, dG, rho_j, u_j, ut_j, drho_j, du_j, dut_j)))
-            res = dw * B + w * dB
+            res = wp.matrix_from_rows(dw * Q + w * dQ, dw * G + w * dG)
     return res
 
 
 momentumJVPCsrSum, momentumJVPGridSum = makeNeighborSum(momentumJVPPairTerm, "momentumJVP",
-                                                        vector=True, replayZero=True,
-                                                        tangent=True)
+                                                        replayZero=True, tangent=True,
+                                                        zero=momentumZero)
 
 
 @wp.kernel
@@ -284,11 +323,11 @@ def momentumJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
                       useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
                       correctionData: Any, kernelProperties: Any, tangents: Any,
                       fieldWidth: wp.int32, out: wp.array(dtype=Any)):
-    """Thread i: d out[i d + delta] = N sum_j (pair tangent)[delta]; 0 for a masked query
-    (layout of `momentumKernel`)."""
+    """Thread i: d out[2 i d + row d + delta] = N sum_j (pair tangent)[row, delta]; 0 for a
+    masked query (layout of `momentumKernel`)."""
     i = wp.tid()
     ks = kernelProperties
-    val = queryState.positions.dtype()
+    val = momentumZero(queryState, ks)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
         if useAdjacency:
             val = momentumJVPCsrSum(adjacencyState, i, 0, fieldWidth, queryState,
@@ -299,9 +338,11 @@ def momentumJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
                                      referenceState, domainState, correctionData, ks, tangents)
         if ks.calibrateNormalization:
             val = val * ks.normalizationCoefficient
-    base = i * domainState.dim
-    for delta in range(domainState.dim):
-        out[base + delta] = val[delta]
+    d = domainState.dim
+    base = i * 2 * d
+    for delta in range(d):
+        out[base + delta] = val[0, delta]
+        out[base + d + delta] = val[1, delta]
 
 
 declareStateOverloads(momentumJVPKernel, {"out": "scalar"}, tangent=True)
@@ -312,7 +353,7 @@ def _callScalar(ctx, extras):
 
 
 def _flatOutputShape(ctx, extras):
-    return (ctx.numQueries * int(ctx.domain.dim),)
+    return (ctx.numQueries * 2 * int(ctx.domain.dim),)
 
 
 def _queryThreads(ctx, extras):
