@@ -15,6 +15,10 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
   of Adami et al. (2013) in one traversal (the fused Momentum operator), and
   `transportVelocityAccelerations`, which adds the background-pressure acceleration from the
   same traversal.
+* `stabilization`: Monaghan artificial viscosity, the delta-SPH diffusion of Antuono et al.
+  (2010) with renormalized density gradients, particle shifting (Lind et al. 2012).
+* `walls`: dummy-particle walls of Adami et al. (2012) (pressure, density and no-slip or
+  free-slip velocity extrapolation, moving walls) and `boxParticles` (wall layers of a box).
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
@@ -42,6 +46,7 @@ from .integrators import (
 from .momentum import momentumAcceleration, momentumField, transportVelocityAccelerations
 from .relaxation import relaxParticles
 from .rollout import rollout
+from .stabilization import antuonoDensityDiffusion, artificialViscosity, particleShifting
 from .terms import (
     backgroundPressureAcceleration,
     bodyAcceleration,
@@ -52,6 +57,13 @@ from .terms import (
     pressureAcceleration,
 )
 from .timestep import stableTimeStep
+from .walls import (
+    WallState,
+    boxParticles,
+    extrapolateWalls,
+    wallPressures,
+    wallVelocities,
+)
 
 __all__ = [
     "taitPressure",
@@ -71,6 +83,14 @@ __all__ = [
     "momentumAcceleration",
     "momentumField",
     "transportVelocityAccelerations",
+    "artificialViscosity",
+    "antuonoDensityDiffusion",
+    "particleShifting",
+    "WallState",
+    "wallPressures",
+    "wallVelocities",
+    "extrapolateWalls",
+    "boxParticles",
     "relaxParticles",
     "stableTimeStep",
     "FluidState",
