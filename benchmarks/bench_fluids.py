@@ -1,11 +1,18 @@
-"""WCSPH term costs (`make bench`, issue 16): the calls one rate evaluation of a weakly
-compressible Taylor-Green step makes, timed alone, at the issue's size (2,500 particles,
-2D, float64, periodic unit square, dx = 1/50, Wendland2 with a support of 3 dx).
+"""WCSPH costs (`make bench`, issue 16) at the issue's size (2,500 particles, 2D, float64,
+periodic unit square, dx = 1/50, one CPU thread), in one run:
+
+1. the plain scheme's calls (Wendland2, support 3 dx), each timed alone;
+2. the Taylor-Green step of `warpsph run tgv` (the transport-velocity scheme, support 4 dx):
+   its calls timed alone (the neighbour search, the number-density volumes, the fused
+   Momentum operator with the background-pressure sum), the Momentum operator against the
+   lean hand-written kernel (`lean.leanMomentum`, same neighbour list), and the whole step
+   (kick, transport velocity, drift, search, volumes, equation of state, momentum, kick);
+   the step's ratio to the sum of its calls and particles x steps per second.
 
 Each call gets new input tensors every time (a simulation step: no call plan replays it).
-Prints medians (ms) and their sum, and writes JSON (`--json`, default
-`benchmarks/results/fluids.json`). The figure to beat for a whole step is JAX-SPH's 27-30 ms
-on the issue's machine (docs/performance.md).
+Prints medians (ms) and writes JSON (`--json`, default `benchmarks/results/fluids.json`).
+The figure to beat for a whole step is JAX-SPH's 27-30 ms on the issue's machine
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from lean import leanMomentum  # noqa: E402
 
 from warpSPHCore import (  # noqa: E402
     DomainDescription,
@@ -36,8 +46,10 @@ from warpSPHCore import (  # noqa: E402
 from warpSPHCore.fluids import (  # noqa: E402
     continuityDensityRate,
     laminarViscosity,
+    numberDensityVolumes,
     pressureAcceleration,
     taitPressure,
+    transportVelocityAccelerations,
 )
 
 KERNEL = KernelFunctions.Wendland2
@@ -60,6 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "fluids.json"))
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)  # the issue's comparison: one CPU thread (Warp's CPU is serial)
     dt = torch.float64
     side, d = args.side, 2
     dx = 1.0 / side
@@ -100,12 +113,107 @@ def main(argv=None) -> int:
     for name, ms in rows.items():
         print(f"  {name:36s} {ms:7.2f}")
     print(f"  {'sum':36s} {sum(rows.values()):7.2f}")
+    tgv = _taylorGreenStep(side, args.repeats)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"particles": n, "pairs": int(adj.i.numel()), "ms": rows,
-                               "sum_ms": sum(rows.values())}, indent=2))
+                               "sum_ms": sum(rows.values()), "taylorGreenStep": tgv},
+                              indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _taylorGreenStep(side: int, repeats: int) -> dict:
+    """Section 2 of the module docstring; returns its numbers."""
+    import warp as wp
+
+    f64, d = torch.float64, 2
+    dx = 1.0 / side
+    nu, c0, rho0 = 0.01, 10.0, 1.0
+    pb, dt = rho0 * c0 * c0, 0.25 * dx / (c0 + 1.0)
+    g = torch.Generator().manual_seed(0)
+    grid = torch.stack(torch.meshgrid(*[torch.arange(side, dtype=f64)] * d, indexing="ij"),
+                       -1).reshape(-1, d)
+    x0 = (grid + 0.5 + 0.2 * (torch.rand(grid.shape, generator=g, dtype=f64) - 0.5)) * dx
+    n = x0.shape[0]
+    H = torch.full((n,), 4 * dx, dtype=f64)
+    m = torch.full((n,), rho0 * dx * dx, dtype=f64)
+    kinds = torch.zeros(n, dtype=torch.int32)
+    dom = DomainDescription(torch.zeros(d, dtype=f64), torch.ones(d, dtype=f64), [True, True])
+    s2, c2 = torch.sin(2 * math.pi * x0), torch.cos(2 * math.pi * x0)
+    u0 = torch.stack([-c2[:, 0] * s2[:, 1], s2[:, 0] * c2[:, 1]], 1)
+
+    def search(x):
+        return radiusSearchCompactHashMap(ParticleState(x, H, m, kinds), dom,
+                                          mode=SupportScheme.Gather)
+
+    def volumes(x, adj):
+        return numberDensityVolumes(ParticleState(x, H, m, kinds), dom, adj, kernel=KERNEL)
+
+    def momentum(x, adj, V, u, ut):
+        rho = m / V
+        return transportVelocityAccelerations(
+            ParticleState(x, H, m, kinds, rho), c0 * c0 * (rho - rho0), u, dom, adj,
+            backgroundPressure=pb, dynamicViscosity=rho0 * nu, transportVelocities=ut,
+            volumes=V, kernel=KERNEL)
+
+    def step(x, u, a, ab):
+        uh = u + 0.5 * dt * a
+        ut = uh + 0.5 * dt * ab
+        x = torch.remainder(x + dt * ut, 1.0)
+        adj = search(x)
+        a, ab = momentum(x, adj, volumes(x, adj), uh, ut)
+        return x, uh + 0.5 * dt * a, a, ab
+
+    with torch.no_grad():
+        adj = search(x0)
+        V = volumes(x0, adj)
+        a0, ab0 = momentum(x0, adj, V, u0, u0)
+        calls = {
+            "neighbour search": lambda: search(x0.clone()),
+            "number-density volumes": lambda: volumes(x0.clone(), adj),
+            "momentum + background (fused)": lambda: momentum(x0.clone(), adj, V.clone(),
+                                                              u0.clone(), u0.clone()),
+        }
+        rows = {name: _median_ms(fn, repeats) for name, fn in calls.items()}
+        stepMs = _median_ms(lambda: step(x0.clone(), u0.clone(), a0, ab0), repeats)
+        # the lean floor of the Momentum operator on the same neighbour list
+        Vw = wp.types.vector(length=d, dtype=wp.float64)
+        rho = m / V
+
+        def view(t, dtype=wp.float64):
+            return wp.from_torch(t.contiguous(), dtype=dtype)
+
+        outs = (wp.zeros(n, dtype=Vw, device="cpu"), wp.zeros(n, dtype=Vw, device="cpu"))
+        leanArgs = [view(x0, Vw), view(H), view(c0 * c0 * (rho - rho0)), view(rho), view(V),
+                    view(torch.full((n,), rho0 * nu, dtype=f64)), view(u0, Vw), view(u0, Vw),
+                    wp.from_torch(adj.j), wp.from_torch(adj.edgeOffsets),
+                    wp.from_torch(adj.numNeighbors), Vw(1.0, 1.0)]
+        kernel = leanMomentum(d, wp.float64)
+
+        def lean():
+            wp.launch(kernel, dim=n, inputs=leanArgs, outputs=list(outs), device="cpu")
+            wp.synchronize_device("cpu")
+
+        leanMs = _median_ms(lean, repeats)
+        F = wp.to_torch(outs[0])
+        ours = momentum(x0, adj, V, u0, u0)[0] * m[:, None]
+        agree = float((F - ours).abs().max() / ours.abs().max())
+    total = sum(rows.values())
+    print(f"Taylor-Green step (transport velocity, support 4 dx), {n} particles, "
+          f"{int(adj.i.numel())} pairs, median of {repeats} (ms)")
+    for name, ms in rows.items():
+        print(f"  {name:36s} {ms:7.2f}")
+    print(f"  {'sum of the calls':36s} {total:7.2f}")
+    print(f"  {'whole step':36s} {stepMs:7.2f}   step / sum {stepMs / total:.2f}   "
+          f"{n / stepMs * 1e3:,.0f} particle-steps/s   (JAX-SPH: 27-30 ms)")
+    print(f"  {'lean momentum kernel (floor)':36s} {leanMs:7.2f}   fused / lean "
+          f"{rows['momentum + background (fused)'] / leanMs:.2f}   (values agree to "
+          f"{agree:.1e})")
+    return {"particles": n, "pairs": int(adj.i.numel()), "ms": rows, "sum_ms": total,
+            "step_ms": stepMs, "step_over_sum": stepMs / total,
+            "particle_steps_per_s": n / stepMs * 1e3, "lean_momentum_ms": leanMs,
+            "momentum_over_lean": rows["momentum + background (fused)"] / leanMs}
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ no support schemes, no index checks, no calibration.
 * `leanGradient(D, S)`:  out_i = sum_j f_j (m_j / rho_j) grad W(x_ij, h_i)  (Naive scheme,
   scalar field), with Warp's generated adjoint for ``wp.Tape`` (the neighbour loop lives in
   its own function and only accumulates, so the adjoint is exact: warp-pitfalls W3, W71).
+* `leanMomentum(D, S)`:  the Momentum operator's (F_i, B_i) (issue 16): w = V_i^2 + V_j^2,
+  F_i = sum_j w [-p~_ij G + mu_ij (x_ij . G) / r^2 u_ij + 1/2 (A_i + A_j) . G],
+  B_i = sum_j w G, with p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j),
+  mu_ij = 2 mu_i mu_j / (mu_i + mu_j), (A . G) = rho u ((u~ - u) . G); forward only.
 
 Wendland2 for d >= 2 (`kernels.md` §3): W = C_d (1 - q)^4 (1 + 4 q) / h^d and
 grad W = -20 C_d (1 - q)^3 x_ij / h^(d+2) for q = |x_ij| / h <= 1.
@@ -26,7 +30,7 @@ import math
 import torch
 import warp as wp
 
-__all__ = ["leanDensity", "leanGradient", "leanSearch", "LeanRunner"]
+__all__ = ["leanDensity", "leanGradient", "leanMomentum", "leanSearch", "LeanRunner"]
 
 #: Wendland2 normalisation C_d for d = 1, 2, 3 (kernels.md §3), written out so that this
 #: module needs nothing of the library (the cold-start baseline imports only torch and Warp)
@@ -105,6 +109,58 @@ def leanGradient(d: int, scalar):
         out[i] = row(x, h, m, rho, f, nbr, off[i], cnt[i], L, i)
 
     return gradient
+
+
+@functools.cache
+def leanMomentum(d: int, scalar):
+    V, S = _types(d, scalar)
+    cd = _C_D[d - 1]
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def momentum(x: wp.array(dtype=V), h: wp.array(dtype=S), p: wp.array(dtype=S),
+                 rho: wp.array(dtype=S), vol: wp.array(dtype=S), mu: wp.array(dtype=S),
+                 u: wp.array(dtype=V), ut: wp.array(dtype=V), nbr: wp.array(dtype=wp.int64),
+                 off: wp.array(dtype=wp.int32), cnt: wp.array(dtype=wp.int32), L: V,
+                 outF: wp.array(dtype=V), outB: wp.array(dtype=V)):
+        i = wp.tid()
+        xi = x[i]
+        hi = h[i]
+        hd = hi * hi
+        for _k in range(wp.static(d)):
+            hd = hd * hi
+        c = S(-20.0 * cd) / hd
+        pi = p[i]
+        rhoi = rho[i]
+        Vi2 = vol[i] * vol[i]
+        mui = mu[i]
+        ui = u[i]
+        si = rhoi * (ut[i] - ui)
+        accF = V()
+        accB = V()
+        for e in range(off[i], off[i] + cnt[i]):
+            j = wp.int32(nbr[e])
+            xij = xi - x[j]
+            for k in range(wp.static(d)):
+                xij[k] = xij[k] - L[k] * wp.round(xij[k] / L[k])
+            r = wp.length(xij)
+            q = r / hi
+            if q <= S(1.0) and r > S(0.0):
+                a = S(1.0) - q
+                G = (c * a * a * a) * xij
+                rhoj = rho[j]
+                Vj = vol[j]
+                w = Vi2 + Vj * Vj
+                uj = u[j]
+                pt = (rhoj * pi + rhoi * p[j]) / (rhoi + rhoj)
+                muj = mu[j]
+                visc = S(2.0) * mui * muj / (mui + muj) * wp.dot(xij, G) / (r * r)
+                A = wp.dot(si, G) * ui + wp.dot(rhoj * (ut[j] - uj), G) * uj
+                accF += w * (visc * (ui - uj) - pt * G + S(0.5) * A)
+                accB += w * G
+        outF[i] = accF
+        outB[i] = accB
+
+    return momentum
 
 
 @functools.cache
