@@ -66,6 +66,7 @@ REVERSE_CASES = _cases(6, 2)
 JVP_CASES = _cases(6, 3)
 LAPLACIAN_CASES = _cases(len(KERNELS), 4)
 LAPLACIAN_SCHEMES = (LaplacianScheme.Brookshaw, LaplacianScheme.Dot, LaplacianScheme.Default)
+MOMENTUM_CASES = _cases(6, 5)
 
 
 def _ids(cases):
@@ -89,7 +90,8 @@ def _compileCoveringDesign():
                             (GRADIENT_CASES, (_specialized._gradientKernel,)),
                             (REVERSE_CASES, (_specialized._gradientPair,)),
                             (JVP_CASES, (_specialized._gradientJVPKernel,)),
-                            (LAPLACIAN_CASES, (_specialized._laplacianKernel,))):
+                            (LAPLACIAN_CASES, (_specialized._laplacianKernel,)),
+                            (MOMENTUM_CASES, (_specialized._momentumKernel,))):
         for c in cases:
             scalar = wp.float64 if c["dtype"] == torch.float64 else wp.float32
             cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
@@ -124,6 +126,9 @@ def test_covering_design_covers_every_option():
     assert {_laplacianScheme(c) for c in LAPLACIAN_CASES} == set(LAPLACIAN_SCHEMES)
     assert {c["d"] for c in LAPLACIAN_CASES} == {1, 2, 3}
     assert {c["support"] for c in LAPLACIAN_CASES} == set(SUPPORTS)
+    assert {c["d"] for c in MOMENTUM_CASES} == {1, 2, 3}
+    assert {c["dtype"] for c in MOMENTUM_CASES} == {torch.float32, torch.float64}
+    assert {c["traversal"] for c in MOMENTUM_CASES} == set(TRAVERSALS)
 
 
 def _setup(c, device, n=60, seed=3):
@@ -306,6 +311,25 @@ def test_laplacian_specialized_matches_generic(device, c):
         _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
     assert any(name == "laplacian" and cfg.kernel == int(c["kernel"])
                and cfg.laplacianScheme == int(lap) for name, cfg in _specialized._BUILT)
+
+
+@pytest.mark.parametrize("c", MOMENTUM_CASES, ids=_ids(MOMENTUM_CASES))
+def test_momentum_specialized_matches_generic(device, c):
+    """The Momentum's forward kernel specialised on the configuration against the generic
+    one (both rows, F and B)."""
+    q, dom, adj = _setup(c, device)
+    pr = _calProps(WarpOperation.Momentum, c)
+    n, d = q.positions.shape
+    gen = torch.Generator().manual_seed(17)
+    cols = [torch.randn(n, 1, generator=gen, dtype=torch.float64),
+            0.5 + torch.rand(n, 3, generator=gen, dtype=torch.float64),
+            torch.randn(n, 2 * d, generator=gen, dtype=torch.float64)]
+    f = torch.cat(cols, dim=1).to(dtype=c["dtype"], device=device)
+    with torch.no_grad():
+        a, b = _bothRoutes(lambda: warpOperation(q, pr, dom, queryValues=f, adjacency=adj))
+    _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    assert any(name == "momentum" and cfg.kernel == int(c["kernel"])
+               for name, cfg in _specialized._BUILT)
 
 
 def test_laplacian_naive_and_positive_divergence_stay_generic():

@@ -35,7 +35,10 @@ the same specialised evaluation as the reverse kernel's H u; the coefficient and
 are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values), and
 the Laplacian's forward kernel for the Brookshaw, Dot and Default schemes without CRK,
 renormalization and positiveDivergence (the scheme a constant; q_ij is
-`laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme).
+`laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme), and the
+Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
+is `momentum.momentumPair`'s, the field read per column without the generic unit-vector
+accumulation, G_ij the specialised grad W).
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
@@ -71,7 +74,7 @@ from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
-           "specializedKernelCount"]
+           "momentumSpecialized", "specializedKernelCount"]
 
 # kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
 # test admits every kind (checkDirectionality_j)
@@ -156,17 +159,23 @@ def _structs(cfg: Configuration):
 
 
 @functools.cache
-def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType):
+def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
-    i that the kind mode admits, by the configuration's traversal (module docstring)."""
+    i that the kind mode admits, by the configuration's traversal (module docstring). The
+    sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
+    Momentum's 2 x d matrix)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     mode = cfg.operationMode
     tag = f"{pairTerm.key}"
 
-    if vector:
+    if accumulator is not None:
+        @specialFunction(tag)
+        def zero():
+            return accumulator()
+    elif vector:
         @specialFunction(tag)
         def zero():
             return V()
@@ -559,3 +568,71 @@ def laplacianSpecialized(config: dict):
     if cfg is None:
         return None
     return _laplacianKernel(dataclasses.replace(cfg, laplacianScheme=scheme))
+
+
+@functools.cache
+def _momentumKernel(cfg: Configuration):
+    """The Momentum's forward kernel (`momentum.momentumKernel`, thread i, rows (F_i, B_i))
+    for one configuration."""
+    from .momentum import momentumPair, momentumRows  # the operator's module, loaded by now
+
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    M = momentumRows(D, S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    supportMode = cfg.supportMode
+
+    @specialFunction("momentumVector_" + cfg.tag)
+    def fieldVector(values: X, base: wp.int32):
+        v = V()
+        for c in range(wp.static(D)):
+            v[c] = values[base + c]
+        return v
+
+    @specialFunction("momentum_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        res = M()
+        r_ij = wp.length(x_ij)
+        if r_ij > S(0.0):  # the generic kernel's guard
+            h_j = r.supports[j]
+            Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j,
+                                                                    wp.static(supportMode))
+            bi = i * F
+            bj = q.masses.shape[0] * F + j * F
+            res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, extra[bi], extra[bi + 1],
+                               extra[bi + 2], extra[bi + 3], fieldVector(extra, bi + 4),
+                               fieldVector(extra, bi + 4 + wp.static(D)), extra[bj],
+                               extra[bj + 1], extra[bj + 2], extra[bj + 3],
+                               fieldVector(extra, bj + 4),
+                               fieldVector(extra, bj + 4 + wp.static(D)))
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, X, M)
+    admitted = _queryAdmitted(cfg)
+
+    def momentum(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                 adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                 values: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        i = wp.tid()
+        val = M()
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, 0, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties, values)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        base = i * wp.static(2 * D)
+        for delta in range(wp.static(D)):
+            out[base + delta] = val[0, delta]
+            out[base + wp.static(D) + delta] = val[1, delta]
+
+    return _kernel(momentum, "momentum", cfg)
+
+
+def momentumSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Momentum: every configuration (it reads no correction
+    state)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _momentumKernel(cfg)

@@ -30,6 +30,9 @@ the extrapolated values of the Adami et al. (2012) dummy particles and u~ = u (A
   W74): the kernel gradient is evaluated once per pair. Kinds masking (`operators.md` §6): a masked
   query row is exactly 0, masked references are skipped. Calibration multiplies the sum.
 
+A launch that no `wp.Tape` records (no gradient) runs the forward kernel specialised on the
+call's configuration (`_specialized.momentumSpecialized`).
+
 Derivatives: reverse mode w.r.t. positions, supports and every field column (Warp's
 generated adjoint through `StateAwareWarpFunction`). Forward mode: `momentumJVPKernel`, the
 exact derivative of the primal w.r.t. positions, supports and the field (the operator is not
@@ -54,6 +57,7 @@ from ..kernels.support import (
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import LAPLACIAN_REG_N as _REG_N
+from ._specialized import momentumSpecialized
 from ._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
@@ -368,4 +372,5 @@ MOMENTUM_SPEC = OperatorSpec(
     numThreads=_queryThreads,
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=momentumJVPKernel, geometryThreads=_queryThreads),
+    specialize=momentumSpecialized,
 )
