@@ -70,6 +70,7 @@ from ._coefficients import (
     gradientPairVJP_ij,
     laplacianDifference_ij,
 )
+from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
@@ -574,8 +575,6 @@ def laplacianSpecialized(config: dict):
 def _momentumKernel(cfg: Configuration):
     """The Momentum's forward kernel (`momentum.momentumKernel`, thread i, rows (F_i, B_i))
     for one configuration."""
-    from .momentum import momentumPair, momentumRows  # the operator's module, loaded by now
-
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     M = momentumRows(D, S)

@@ -57,11 +57,20 @@ from ..kernels.support import (
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import LAPLACIAN_REG_N as _REG_N
+from ._momentumPair import (
+    momentumPair,
+    momentumRows,
+    pairViscosity,
+    pairViscosityJVP,
+    stressJVP,
+    weightedPressure,
+    weightedPressureJVP,
+)
 from ._specialized import momentumSpecialized
 from ._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
-__all__ = ["MOMENTUM_COLUMNS", "momentumFieldWidth", "momentumRows", "momentumPair", "momentumPairTerm",
+__all__ = ["MOMENTUM_COLUMNS", "momentumFieldWidth", "momentumPairTerm",
            "momentumKernel", "momentumJVPPairTerm", "momentumJVPKernel", "MOMENTUM_SPEC"]
 
 #: the scalar columns of the per-particle field, before the velocity and transport velocity
@@ -71,11 +80,6 @@ MOMENTUM_COLUMNS = ("pressure", "density", "volume", "viscosity")
 def momentumFieldWidth(d: int) -> int:
     """F = 4 + 2 d: (p, rho, V, mu), u, u~."""
     return len(MOMENTUM_COLUMNS) + 2 * d
-
-
-def momentumRows(d: int, scalar):
-    """The accumulator type of one query: a 2 x d matrix, rows (F_i, B_i)."""
-    return wp.types.matrix(shape=(2, d), dtype=scalar)
 
 
 def _zeroOf(M):
@@ -123,41 +127,6 @@ def _particleFields(values: Any, base: wp.int32, d: wp.int32, like: Any):
     """(p, rho, V, mu, u, u~) of the particle whose field starts at ``values[base]``."""
     return (values[base], values[base + 1], values[base + 2], values[base + 3],
             _fieldVector(values, base + 4, d, like), _fieldVector(values, base + 4 + d, d, like))
-
-
-@wp.func
-def _weightedPressure(p_i: Any, p_j: Any, rho_i: Any, rho_j: Any):
-    """p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j); 0 where rho_i + rho_j <= 0."""
-    s = rho_i + rho_j
-    res = type(s)(0.0)
-    if s > type(s)(0.0):
-        res = (rho_j * p_i + rho_i * p_j) / s
-    return res
-
-
-@wp.func
-def _pairViscosity(mu_i: Any, mu_j: Any):
-    """mu_ij = 2 mu_i mu_j / (mu_i + mu_j); 0 where mu_i + mu_j <= 0."""
-    s = mu_i + mu_j
-    res = type(s)(0.0)
-    if s > type(s)(0.0):
-        res = type(s)(2.0) * mu_i * mu_j / s
-    return res
-
-
-@wp.func
-def momentumPair(G: Any, x_ij: Any, D: Any, p_i: Any, rho_i: Any, V_i: Any, mu_i: Any,
-                 u_i: Any, ut_i: Any, p_j: Any, rho_j: Any, V_j: Any, mu_j: Any, u_j: Any,
-                 ut_j: Any):
-    """The pair contribution to (F_i; B_i) (module formula) for the kernel gradient G, the
-    pair vector x_ij and the denominator D = r_ij + 1e-8 h_ij."""
-    w = V_i * V_i + V_j * V_j
-    visc = _pairViscosity(mu_i, mu_j) * wp.dot(x_ij, G) / (D * D)
-    a_i = rho_i * wp.dot(ut_i - u_i, G) * u_i
-    a_j = rho_j * wp.dot(ut_j - u_j, G) * u_j
-    F = w * (visc * (u_i - u_j) - _weightedPressure(p_i, p_j, rho_i, rho_j) * G
-             + type(D)(0.5) * (a_i + a_j))
-    return wp.matrix_from_rows(F, w * G)
 
 
 # Inlined into both traversals (struct arguments of a non-inlined function are copied per
@@ -239,37 +208,6 @@ def _tangentFields(t: Any, base: wp.int32, d: wp.int32, like: Any):
 
 
 @wp.func
-def _weightedPressureJVP(p_i: Any, p_j: Any, rho_i: Any, rho_j: Any, dp_i: Any, dp_j: Any,
-                         drho_i: Any, drho_j: Any):
-    """Tangent of `_weightedPressure`."""
-    s = rho_i + rho_j
-    res = type(s)(0.0)
-    if s > type(s)(0.0):
-        pt = (rho_j * p_i + rho_i * p_j) / s
-        dnum = drho_j * p_i + rho_j * dp_i + drho_i * p_j + rho_i * dp_j
-        res = (dnum - pt * (drho_i + drho_j)) / s
-    return res
-
-
-@wp.func
-def _pairViscosityJVP(mu_i: Any, mu_j: Any, dmu_i: Any, dmu_j: Any):
-    """Tangent of `_pairViscosity`: 2 (mu_j^2 dmu_i + mu_i^2 dmu_j) / (mu_i + mu_j)^2."""
-    s = mu_i + mu_j
-    res = type(s)(0.0)
-    if s > type(s)(0.0):
-        res = type(s)(2.0) * (mu_j * mu_j * dmu_i + mu_i * mu_i * dmu_j) / (s * s)
-    return res
-
-
-@wp.func
-def _stressJVP(G: Any, dG: Any, rho: Any, u: Any, ut: Any, drho: Any, du: Any, dut: Any):
-    """Tangent of rho ((u~ - u) . G) u, one side of the transport-velocity term."""
-    c = wp.dot(ut - u, G)
-    dc = wp.dot(dut - du, G) + wp.dot(ut - u, dG)
-    return (drho * c + rho * dc) * u + (rho * c) * du
-
-
-@wp.func
 def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                         dom: Any, corr: Any, ks: Any, t: Any):
     """Tangent of `momentumPairTerm` for the pack `t` (position and support tangents, the
@@ -298,21 +236,21 @@ def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
 
             w = V_i * V_i + V_j * V_j
             dw = type(w)(2.0) * (V_i * dV_i + V_j * dV_j)
-            mu = _pairViscosity(mu_i, mu_j)
-            dmu = _pairViscosityJVP(mu_i, mu_j, dmu_i, dmu_j)
+            mu = pairViscosity(mu_i, mu_j)
+            dmu = pairViscosityJVP(mu_i, mu_j, dmu_i, dmu_j)
             xg = wp.dot(x_ij, G)
             dxg = wp.dot(dx, G) + wp.dot(x_ij, dG)
             visc = mu * xg / (D * D)
             dvisc = (dmu * xg + mu * dxg) / (D * D) - type(w)(2.0) * visc * dD / D
-            pt = _weightedPressure(p_i, p_j, rho_i, rho_j)
-            dpt = _weightedPressureJVP(p_i, p_j, rho_i, rho_j, dp_i, dp_j, drho_i, drho_j)
+            pt = weightedPressure(p_i, p_j, rho_i, rho_j)
+            dpt = weightedPressureJVP(p_i, p_j, rho_i, rho_j, dp_i, dp_j, drho_i, drho_j)
             half = type(w)(0.5)
             Q = (visc * (u_i - u_j) - pt * G
                  + half * (rho_i * wp.dot(ut_i - u_i, G) * u_i
                            + rho_j * wp.dot(ut_j - u_j, G) * u_j))
             dQ = (dvisc * (u_i - u_j) + visc * (du_i - du_j) - dpt * G - pt * dG
-                  + half * (_stressJVP(G, dG, rho_i, u_i, ut_i, drho_i, du_i, dut_i)
-                            + _stressJVP(G, dG, rho_j, u_j, ut_j, drho_j, du_j, dut_j)))
+                  + half * (stressJVP(G, dG, rho_i, u_i, ut_i, drho_i, du_i, dut_i)
+                            + stressJVP(G, dG, rho_j, u_j, ut_j, drho_j, du_j, dut_j)))
             res = wp.matrix_from_rows(dw * Q + w * dQ, dw * G + w * dG)
     return res
 
