@@ -5,8 +5,7 @@ functions for user kernels live in `warpSPHCore.kernels`, the traversal helpers 
 kernels in `warpSPHCore.neighborhood`.
 """
 
-__version__ = "0.1.0.dev0"
-
+from ._version import __version__
 from .corrections import (
     computeCRKFactors,
     computeCRKFactorsJVP,

@@ -4,10 +4,14 @@
     warpsph precompile [options]       compile the Warp kernels ahead of time (parallel),
                                        for users, containers and CI
     warpsph demo [PART] [options]      the demo (`demo/runner.py`): PART is all (default),
-                                       accuracy, inverse, jfnk or search
+                                       accuracy, inverse, jfnk, tgv, viscosity or search
+    warpsph run CASE [options]         a validation case of `fluids.cases` (CASES): tgv;
+                                       its options are the fields of the case's config
 
 `warpsph demo` writes figures, ``results.json`` and ``report.md`` to ./warpsph-out/ unless
---out says otherwise, and prints a summary table.
+--out says otherwise, and prints a summary table. `warpsph run CASE` writes the case's
+``results.json`` and figures (and particle frames with --frames K) to ./warpsph-out/CASE/
+unless --out says otherwise, and prints the scalar results.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def _demo(args) -> int:
         rc = _search(args)
         summary = json.loads((out / "demo.json").read_text())
         extra = "\n".join([
-            "## 4. Neighbour search", "",
+            "## 6. Neighbour search", "",
             f"{summary['particles']} particles, {summary['pairs']} pairs (mean "
             f"{summary['meanNeighbors']:.1f} neighbours), median search "
             f"{summary['medianSearchMs']:.2f} ms; brute force agrees on "
@@ -221,17 +225,62 @@ def _plotCounts(pos, counts, h, path):
     plt.close(fig)
 
 
+def _runParser(sub) -> None:
+    """``warpsph run CASE``: one sub-command per registered case, its options generated from
+    the fields of the case's config dataclass (name, type and default of each field)."""
+    import dataclasses
+
+    from .fluids.cases import CASES
+
+    r = sub.add_parser("run", help="run a validation case (results.json and figures in --out)")
+    cases = r.add_subparsers(dest="case", required=True, metavar="CASE")
+    for name, case in CASES.items():
+        c = cases.add_parser(name, help=case.summary, description=case.summary)
+        for f in dataclasses.fields(case.config):
+            kind = type(f.default)
+            text = f"{f.metadata.get('help', '')} (default: {f.default})"
+            if kind is bool:
+                c.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction,
+                               default=f.default, help=text)
+            else:
+                c.add_argument(f"--{f.name}", type=kind, default=f.default, help=text)
+        c.add_argument("--out", default=None, help=f"output folder (default: warpsph-out/{name})")
+        c.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _run(args) -> int:
+    """Run a registered case (`fluids.cases.CASES`) and print its scalar results."""
+    import dataclasses
+
+    from .fluids.cases import CASES
+    from .io import writeParticles
+
+    case = CASES[args.case]
+    config = case.config(**{f.name: getattr(args, f.name)
+                            for f in dataclasses.fields(case.config)})
+    out = Path(args.out) if args.out else Path("warpsph-out") / args.case
+    results = case.run(config, out, writer=writeParticles, quiet=args.quiet)
+    rows = [(k, v) for k, v in results.items() if isinstance(v, (int, float, str))]
+    width = max(len(k) for k, _ in rows)
+    print(f"\nwarpsph run {args.case}: {case.summary}")
+    for k, v in rows:
+        print(f"  {k:{width}s}  {v:.6g}" if isinstance(v, float) else f"  {k:{width}s}  {v}")
+    print(f"results: {out / 'results.json'}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warpsph", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, Warp devices and kernels")
-    d = sub.add_parser("demo", help="accuracy study, inverse problem, JFNK and neighbour "
-                       "search; figures and report.md in --out")
+    d = sub.add_parser("demo", help="accuracy study, inverse problem, JFNK, Taylor-Green "
+                       "vortex, viscosity recovery through a rollout and neighbour search; "
+                       "figures and report.md in --out")
     d.add_argument("part", nargs="?", default="all",
-                   choices=["all", "accuracy", "inverse", "jfnk", "search"],
+                   choices=["all", "accuracy", "inverse", "jfnk", "tgv", "viscosity", "search"],
                    help="which part to run (default: all)")
     d.add_argument("--size", choices=["tiny", "small", "default"], default="default",
-                   help="problem sizes of the accuracy, inverse and jfnk parts")
+                   help="problem sizes of the accuracy, inverse, jfnk, tgv and viscosity parts")
     d.add_argument("--nx", type=int, default=128,
                    help="search part: particles per axis (default 128)")
     d.add_argument("--neighbors", type=float, default=50.0, help="target neighbour count")
@@ -245,6 +294,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="query rows compared with the brute-force search (default 512)")
     d.add_argument("--out", default="warpsph-out")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    _runParser(sub)
     c = sub.add_parser("precompile", help="compile the Warp kernels ahead of time (Warp's "
                        "parallel module loading) into Warp's kernel cache")
     c.add_argument("--device", nargs="+", default=["cpu"],
@@ -272,6 +322,8 @@ def main(argv=None) -> int:
         return _info(args)
     if args.command == "precompile":
         return _precompile(args)
+    if args.command == "run":
+        return _run(args)
     return _demo(args)
 
 

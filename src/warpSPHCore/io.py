@@ -56,7 +56,7 @@ _GROUP = "particles"
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 

@@ -1,13 +1,18 @@
 """`warpsph demo`: run the parts, write ``results.json`` and ``report.md`` next to the figures,
 print a summary table.
 
-Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|search``):
+Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|search``):
 
 1. ``accuracy``: SPH derivatives on jittered lattices, plain vs CRK vs renormalized, orders;
 2. ``inverse``: particle positions optimised with torch.optim (reverse mode) so that their
    density draws a ring;
 3. ``jfnk``: an implicit nonlinear wave equation by Newton-GMRES with forward-mode matvecs;
-4. ``search``: the neighbour search on a jittered lattice against brute force (run by
+4. ``tgv``: the Taylor-Green vortex case (``warpsph run tgv``) at a small size, into
+   ``out/tgv`` (`demo.tgv`);
+5. ``viscosity``: an inverse problem over a rollout: the viscosity of a Taylor-Green flow
+   recovered from its velocity field by L-BFGS through reverse mode of the simulation
+   (`demo.viscosity`);
+6. ``search``: the neighbour search on a jittered lattice against brute force (run by
    ``all`` too, at its small default size).
 """
 
@@ -20,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from . import accuracy, inverse, jfnk
+from . import accuracy, inverse, jfnk, tgv, viscosity
 
 __all__ = ["PARTS", "runParts", "writeReport"]
 
-PARTS = {"accuracy": accuracy.run, "inverse": inverse.run, "jfnk": jfnk.run}
+PARTS = {"accuracy": accuracy.run, "inverse": inverse.run, "jfnk": jfnk.run, "tgv": tgv.run,
+         "viscosity": viscosity.run}
 
 
 def _jsonable(x):

@@ -1,6 +1,6 @@
 """Weakly compressible SPH toolkit (issue 16), built on the public operators and the
-neighbour search: physics terms, time integration and, in later steps, walls, the fused
-momentum operator, differentiable rollouts and the validation cases (docs/fluids.md).
+neighbour search: physics terms, the fused momentum operator, walls, time integration, the
+simulation loop, differentiable rollouts and the validation cases (docs/fluids.md).
 
 Everything here is torch code on tensors (or the library's operators): differentiable in
 reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host syncs
@@ -24,6 +24,10 @@ reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host
 * `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
   predictor-corrector step for the (positions, velocities, densities) state.
 * `rollout`: many kick-drift-kick steps, with optional gradient checkpointing per segment.
+* `loop`: `Simulation` / `simulate`, the simulation loop: a Verlet-skin neighbour list
+  rebuilt when a particle moved more than half the skin, frames through `writeParticles`,
+  tqdm progress, restart files that continue bitwise.
+* `cases`: the validation cases run by ``warpsph run CASE`` (`cases.CASES`).
 """
 
 from .eos import (
@@ -42,6 +46,16 @@ from .integrators import (
     kickDriftKick,
     predictorCorrector,
     symplecticEuler,
+)
+from .loop import (
+    LoopOptions,
+    Restart,
+    Simulation,
+    VerletNeighbours,
+    loadRestart,
+    saveRestart,
+    simulate,
+    wrapPeriodic,
 )
 from .momentum import momentumAcceleration, momentumField, transportVelocityAccelerations
 from .relaxation import relaxParticles
@@ -100,4 +114,12 @@ __all__ = [
     "predictorCorrector",
     "evaluateRates",
     "rollout",
+    "LoopOptions",
+    "VerletNeighbours",
+    "Simulation",
+    "simulate",
+    "wrapPeriodic",
+    "saveRestart",
+    "loadRestart",
+    "Restart",
 ]

@@ -25,14 +25,14 @@ from .integrators import FluidState, Rates, evaluateRates, kickDriftKick
 __all__ = ["rollout"]
 
 
-def _segment(rateFn, dt, steps: int, time, hasDensities: bool):
+def _segment(rateFn, dt, steps: int, time, hasDensities: bool, stepper):
     """The function of one checkpointed segment: tensors in, tensors out."""
 
     def run(x, v, rho, a, drho):
         state = FluidState(x, v, rho if hasDensities else None, time)
         rates = Rates(a, drho if hasDensities else None)
         for _ in range(steps):
-            state, rates = kickDriftKick(state, dt, rateFn, rates)
+            state, rates = stepper(state, dt, rateFn, rates)
         empty = x.new_zeros(0)
         return (state.positions, state.velocities,
                 state.densities if hasDensities else empty, rates.accelerations,
@@ -42,7 +42,7 @@ def _segment(rateFn, dt, steps: int, time, hasDensities: bool):
 
 
 def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int | None = None,
-            rates: Rates | None = None):
+            rates: Rates | None = None, stepper=kickDriftKick):
     """`steps` kick-drift-kick steps of `state` (module docstring).
 
     Args:
@@ -52,6 +52,10 @@ def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int |
         rateFn: ``rates(state) -> Rates``.
         checkpointEvery: segment length k of the checkpointed rollout, or None (plain).
         rates: the rates at `state` when known (evaluated otherwise).
+        stepper: ``stepper(state, dt, rateFn, rates) -> (state, rates)`` (default
+            `kickDriftKick`). A checkpointed segment carries the state and the
+            accelerations and density rates only, so a stepper whose rates carry more (the
+            transport velocity's `cases.transport.TransportRates`) runs unsegmented.
 
     Returns:
         ``(final state, rates at the end)``.
@@ -62,11 +66,11 @@ def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int |
                                         or checkpointEvery < 1):
         raise ValueError(f"rollout: checkpointEvery must be an int >= 1 or None, got "
                          f"{checkpointEvery!r}")
-    if rates is None:
+    if rates is None and stepper is kickDriftKick:
         rates = evaluateRates(rateFn, state)
-    if checkpointEvery is None or not torch.is_grad_enabled():
+    if checkpointEvery is None or not torch.is_grad_enabled() or stepper is not kickDriftKick:
         for _ in range(steps):
-            state, rates = kickDriftKick(state, dt, rateFn, rates)
+            state, rates = stepper(state, dt, rateFn, rates)
         return state, rates
     hasDensities = state.densities is not None
     empty = state.positions.new_zeros(0)
@@ -76,7 +80,7 @@ def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int |
     done, time = 0, state.time
     while done < steps:
         k = min(checkpointEvery, steps - done)
-        tensors = checkpoint(_segment(rateFn, dt, k, time, hasDensities), *tensors,
+        tensors = checkpoint(_segment(rateFn, dt, k, time, hasDensities, stepper), *tensors,
                              use_reentrant=False)
         done += k
         for _ in range(k):  # as the plain rollout adds it, step by step
