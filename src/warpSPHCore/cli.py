@@ -5,7 +5,8 @@
                                        for users, containers and CI
     warpsph demo [PART] [options]      the demo (`demo/runner.py`): PART is all (default),
                                        accuracy, inverse, jfnk, tgv, viscosity or search
-    warpsph run CASE [options]         a validation case of `fluids.cases` (CASES): tgv;
+    warpsph run CASE [options]         a validation case of `fluids.cases` (CASES): tgv,
+                                       poiseuille, cavity or dambreak;
                                        its options are the fields of the case's config
 
 `warpsph demo` writes figures, ``results.json`` and ``report.md`` to ./warpsph-out/ unless

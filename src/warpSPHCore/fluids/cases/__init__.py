@@ -4,10 +4,16 @@
 command line options, and ``run(config, out, *, writer=None, quiet=False) -> dict``, which
 writes ``results.json`` and figures into the folder `out` and returns the results).
 
-=======  ========================================================================
-``tgv``  2D Taylor-Green vortex, Re = 100, periodic unit box, relaxed start,
-         transport-velocity scheme (`cases.tgv`)
-=======  ========================================================================
+==============  ==================================================================
+``tgv``         2D Taylor-Green vortex, Re = 100, periodic unit box, relaxed start,
+                transport-velocity scheme (`cases.tgv`)
+``poiseuille``  body-force-driven channel between no-slip walls, start-up series of
+                Morris et al. 1997 (`cases.poiseuille`)
+``cavity``      lid-driven cavity, Re = 100, against Ghia, Ghia & Shin 1982
+                (`cases.cavity`)
+``dambreak``    2D dam break, surge front against Martin & Moyce 1952
+                (`cases.dambreak`)
+==============  ==================================================================
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import tgv
+from . import cavity, dambreak, poiseuille, tgv
 from .transport import TransportRates, TransportState, transportKickDriftKick
 
 __all__ = ["Case", "CASES", "TransportRates", "TransportState", "transportKickDriftKick"]
@@ -35,4 +41,12 @@ class Case:
 CASES = {
     "tgv": Case("tgv", tgv.TaylorGreenConfig, tgv.run,
                 "2D Taylor-Green vortex, Re = 100, transport velocity, relaxed start"),
+    "poiseuille": Case("poiseuille", poiseuille.PoiseuilleConfig, poiseuille.run,
+                       "2D body-force-driven Poiseuille start-up flow (Morris et al. 1997), "
+                       "Adami 2012 no-slip walls"),
+    "cavity": Case("cavity", cavity.CavityConfig, cavity.run,
+                   "lid-driven cavity, Re = 100, transport velocity, vs Ghia et al. 1982"),
+    "dambreak": Case("dambreak", dambreak.DamBreakConfig, dambreak.run,
+                     "2D dam break (Martin & Moyce 1952, n^2 = 2), Adami walls, surge front "
+                     "vs experiment"),
 }
