@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -48,6 +48,7 @@ from ...kernels.constants import kernelC_d
 from ..integrators import FluidState
 from ..loop import LoopOptions, Simulation
 from ..walls import boxParticles, wallVelocities
+from ._common import THREADS_HELP, option, torchThreads
 from .poiseuille import wallBoundedRates
 from .transport import transportKickDriftKick
 
@@ -71,27 +72,25 @@ GHIA_RE100_V = (0.00000, -0.05906, -0.07391, -0.08864, -0.10313, -0.16914, -0.22
                 0.09233, 0.00000)
 
 
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
-
 
 @dataclass(frozen=True)
 class CavityConfig:
     """Parameters of the lid-driven cavity (module docstring); the defaults are the
     acceptance size of issue 16."""
 
-    n: int = _opt(40, "fluid particles per axis (dx = 1 / n)")
-    t: float = _opt(10.0, "end time (L / U)")
-    re: float = _opt(100.0, "Reynolds number U L / nu")
-    support: float = _opt(3.0, "support H in particle spacings")
-    pb: float = _opt(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
-    average: float = _opt(1.0, "time window at the end of the run over which the centre-line "
+    n: int = option(40, "fluid particles per axis (dx = 1 / n)")
+    t: float = option(10.0, "end time (L / U)")
+    re: float = option(100.0, "Reynolds number U L / nu")
+    support: float = option(3.0, "support H in particle spacings")
+    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
+    average: float = option(1.0, "time window at the end of the run over which the centre-line "
                                "velocities are averaged (0: the final state only; at most t)")
-    checks: int = _opt(10, "centre-line error evaluations over the run (convergence history)")
-    skin: float = _opt(0.1, "Verlet skin as a fraction of the support")
-    frames: int = _opt(0, "write a particle frame every k steps (0: none)")
-    dtype: str = _opt("float64", "float64 or float32")
-    device: str = _opt("cpu", "torch device")
+    checks: int = option(10, "centre-line error evaluations over the run (convergence history)")
+    skin: float = option(0.1, "Verlet skin as a fraction of the support")
+    frames: int = option(0, "write a particle frame every k steps (0: none)")
+    dtype: str = option("float64", "float64 or float32")
+    device: str = option("cpu", "torch device")
+    threads: int = option(1, THREADS_HELP)
 
     def __post_init__(self):
         if self.n < 4 or self.t < 0 or self.support <= 0 or self.re <= 0 or self.pb < 0 \
@@ -218,12 +217,17 @@ def _figure(path: Path, case: Cavity, u, v, history, x, speed) -> None:
 
 
 def run(config: CavityConfig, out, *, writer=None, quiet: bool = False) -> dict:
-    """Run the case: writes ``results.json`` and ``cavity.png`` (and frames when
-    ``config.frames``, through `writer`) into `out`.
+    """Run the case with ``config.threads`` torch threads: writes ``results.json`` and
+    ``cavity.png`` (and frames when ``config.frames``, through `writer`) into `out`.
 
     Returns:
         The results (module docstring; the dict written to results.json).
     """
+    with torchThreads(config.threads):
+        return _run(config, out, writer, quiet)
+
+
+def _run(config: CavityConfig, out, writer, quiet: bool) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)

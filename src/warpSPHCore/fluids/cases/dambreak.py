@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -66,6 +66,7 @@ from ..momentum import momentumAcceleration
 from ..stabilization import antuonoDensityDiffusion, artificialViscosity
 from ..terms import continuityDensityRate, densityDiffusion
 from ..walls import boxParticles, extrapolateWalls
+from ._common import THREADS_HELP, option, torchThreads
 
 __all__ = ["DamBreakConfig", "DamBreak", "MARTIN_MOYCE", "setup", "damBreakRates",
            "dimensionlessTime", "frontError", "frontLag", "run"]
@@ -86,40 +87,36 @@ MARTIN_MOYCE = (
 ERROR_T_MAX = 2.5  # frontMaxRelErr is taken over the data points with 0 < T <= 2.5
 
 
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
-
 
 @dataclass(frozen=True)
 class DamBreakConfig:
     """Parameters of the dam-break case (module docstring); the defaults are the acceptance
     size of issue 16."""
 
-    n: int = _opt(20, "particles across the column width a (dx = a / n)")
-    tEnd: float = _opt(3.0, "end time as T = t sqrt(2 g / a)")
-    a: float = _opt(1.0, "column width a in m (height 2a)")
-    tank: float = _opt(5.0, "tank length in units of a")
-    g: float = _opt(9.81, "gravity |g| in m/s^2")
-    rho0: float = _opt(1000.0, "reference density in kg/m^3")
-    mach: float = _opt(10.0, "c0 / sqrt(2 g 2a)")
-    support: float = _opt(3.0, "support H in particle spacings")
-    diffusion: str = _opt("molteni", "delta-SPH density diffusion: molteni, antuono or none")
-    delta: float = _opt(0.1, "delta-SPH coefficient")
-    alpha: float = _opt(0.02, "artificial viscosity alpha: the Morris viscosity nu = alpha dx c0 "
+    n: int = option(20, "particles across the column width a (dx = a / n)")
+    tEnd: float = option(3.0, "end time as T = t sqrt(2 g / a)")
+    a: float = option(1.0, "column width a in m (height 2a)")
+    tank: float = option(5.0, "tank length in units of a")
+    g: float = option(9.81, "gravity |g| in m/s^2")
+    rho0: float = option(1000.0, "reference density in kg/m^3")
+    mach: float = option(10.0, "c0 / sqrt(2 g 2a)")
+    support: float = option(3.0, "support H in particle spacings")
+    diffusion: str = option("molteni", "delta-SPH density diffusion: molteni, antuono or none")
+    delta: float = option(0.1, "delta-SPH coefficient")
+    alpha: float = option(0.02, "artificial viscosity alpha: the Morris viscosity nu = alpha dx c0 "
                          "/ 8 of the fused momentum (0: none)")
-    monaghan: bool = _opt(False, "apply alpha as Monaghan's form (approaching pairs only; "
+    monaghan: bool = option(False, "apply alpha as Monaghan's form (approaching pairs only; "
                           "edge sums, slower) instead of the Morris viscosity")
-    nu: float = _opt(0.0, "laminar kinematic viscosity in m^2/s (Morris; 0: none)")
-    noSlip: bool = _opt(False, "no-slip walls (default free-slip)")
-    clampPressure: bool = _opt(True, "clip negative fluid pressures to 0 (free surface)")
-    cfl: float = _opt(0.25, "time step dt = cfl dx / (c0 + 2 sqrt(2 g a))")
-    skin: float = _opt(0.2, "Verlet skin as a fraction of the support")
-    record: int = _opt(10, "record the front every k steps")
-    frames: int = _opt(0, "write a particle frame every k steps (0: none)")
-    dtype: str = _opt("float64", "float64 or float32")
-    device: str = _opt("cpu", "torch device")
-    threads: int = _opt(1, "torch CPU threads during the run, restored after it (0: leave "
-                        "torch's setting)")
+    nu: float = option(0.0, "laminar kinematic viscosity in m^2/s (Morris; 0: none)")
+    noSlip: bool = option(False, "no-slip walls (default free-slip)")
+    clampPressure: bool = option(True, "clip negative fluid pressures to 0 (free surface)")
+    cfl: float = option(0.25, "time step dt = cfl dx / (c0 + 2 sqrt(2 g a))")
+    skin: float = option(0.2, "Verlet skin as a fraction of the support")
+    record: int = option(10, "record the front every k steps")
+    frames: int = option(0, "write a particle frame every k steps (0: none)")
+    dtype: str = option("float64", "float64 or float32")
+    device: str = option("cpu", "torch device")
+    threads: int = option(1, THREADS_HELP)
 
     def __post_init__(self):
         if (self.n < 2 or not self.tEnd >= 0 or not self.a > 0 or not self.tank >= 2
@@ -323,13 +320,8 @@ def run(config: DamBreakConfig, out, *, writer=None, quiet: bool = False) -> dic
     Returns:
         The results (module docstring; the dict written to results.json).
     """
-    previous = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    try:
+    with torchThreads(config.threads):
         return _run(config, Path(out), writer, quiet)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run(config: DamBreakConfig, out: Path, writer, quiet: bool) -> dict:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -63,6 +63,7 @@ from ..loop import LoopOptions, Simulation
 from ..momentum import transportVelocityAccelerations
 from ..terms import numberDensityVolumes
 from ..walls import boxParticles, extrapolateWalls
+from ._common import THREADS_HELP, option, torchThreads
 from .transport import TransportRates, transportKickDriftKick
 
 __all__ = ["PoiseuilleConfig", "Poiseuille", "setup", "poiseuilleVelocity",
@@ -71,28 +72,26 @@ __all__ = ["PoiseuilleConfig", "Poiseuille", "setup", "poiseuilleVelocity",
 KERNEL = KernelFunctions.Wendland2
 
 
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
-
 
 @dataclass(frozen=True)
 class PoiseuilleConfig:
     """Parameters of the Poiseuille case (module docstring); the defaults are the acceptance
     size of issue 16."""
 
-    ny: int = _opt(30, "fluid particles across the channel (dx = L / ny)")
-    nx: int = _opt(10, "particles along the periodic x axis (channel length nx dx)")
-    t: float = _opt(1.0, "end time (L^2 / nu at Re = 1)")
-    re: float = _opt(1.0, "Reynolds number u_max L / nu")
-    support: float = _opt(3.0, "support H in particle spacings")
-    pb: float = _opt(0.0, "background pressure p_b / (rho0 c0^2); 0: plain momentum, no "
+    ny: int = option(30, "fluid particles across the channel (dx = L / ny)")
+    nx: int = option(10, "particles along the periodic x axis (channel length nx dx)")
+    t: float = option(1.0, "end time (L^2 / nu at Re = 1)")
+    re: float = option(1.0, "Reynolds number u_max L / nu")
+    support: float = option(3.0, "support H in particle spacings")
+    pb: float = option(0.0, "background pressure p_b / (rho0 c0^2); 0: plain momentum, no "
                           "transport velocity")
-    snapshots: str = _opt("0.05,0.1,0.2,0.4", "comma-separated times of the transient "
+    snapshots: str = option("0.05,0.1,0.2,0.4", "comma-separated times of the transient "
                                               "profiles compared with the series")
-    skin: float = _opt(0.1, "Verlet skin as a fraction of the support")
-    frames: int = _opt(0, "write a particle frame every k steps (0: none)")
-    dtype: str = _opt("float64", "float64 or float32")
-    device: str = _opt("cpu", "torch device")
+    skin: float = option(0.1, "Verlet skin as a fraction of the support")
+    frames: int = option(0, "write a particle frame every k steps (0: none)")
+    dtype: str = option("float64", "float64 or float32")
+    device: str = option("cpu", "torch device")
+    threads: int = option(1, THREADS_HELP)
 
     def __post_init__(self):
         if self.ny < 4 or self.nx < 1 or self.t < 0 or self.support <= 0 or self.re <= 0 \
@@ -314,12 +313,17 @@ def _figure(path: Path, profiles, history, case: Poiseuille) -> None:
 
 
 def run(config: PoiseuilleConfig, out, *, writer=None, quiet: bool = False) -> dict:
-    """Run the case: writes ``results.json`` and ``poiseuille.png`` (and frames when
-    ``config.frames``, through `writer`) into `out`.
+    """Run the case with ``config.threads`` torch threads: writes ``results.json`` and
+    ``poiseuille.png`` (and frames when ``config.frames``, through `writer`) into `out`.
 
     Returns:
         The results (module docstring; the dict written to results.json).
     """
+    with torchThreads(config.threads):
+        return _run(config, out, writer, quiet)
+
+
+def _run(config: PoiseuilleConfig, out, writer, quiet: bool) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -48,6 +48,7 @@ from ..loop import LoopOptions, Simulation
 from ..momentum import transportVelocityAccelerations
 from ..relaxation import relaxParticles
 from ..terms import numberDensityVolumes
+from ._common import THREADS_HELP, option, torchThreads
 from .transport import TransportRates, transportKickDriftKick
 
 __all__ = ["TaylorGreenConfig", "TaylorGreen", "setup", "taylorGreenRates",
@@ -56,30 +57,26 @@ __all__ = ["TaylorGreenConfig", "TaylorGreen", "setup", "taylorGreenRates",
 KERNEL = KernelFunctions.Wendland2
 
 
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
-
 
 @dataclass(frozen=True)
 class TaylorGreenConfig:
     """Parameters of the Taylor-Green case (module docstring); the defaults are the
     acceptance size of issue 16."""
 
-    n: int = _opt(50, "particles per axis (dx = 1 / n)")
-    t: float = _opt(1.0, "end time")
-    relax: int = _opt(600, "relaxation steps of the start (0: lattice)")
-    support: float = _opt(4.0, "support H in particle spacings")
-    pb: float = _opt(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
-    re: float = _opt(100.0, "Reynolds number U L / nu")
-    u: float = _opt(1.0, "velocity amplitude U")
-    jitter: float = _opt(0.5, "jitter of the relaxation start, in dx")
-    skin: float = _opt(0.1, "Verlet skin as a fraction of the support")
-    frames: int = _opt(0, "write a particle frame every k steps (0: none)")
-    dtype: str = _opt("float64", "float64 or float32")
-    device: str = _opt("cpu", "torch device")
-    seed: int = _opt(0, "seed of the relaxation jitter")
-    threads: int = _opt(1, "torch CPU threads during the run, restored after it (0: leave "
-                        "torch's setting)")
+    n: int = option(50, "particles per axis (dx = 1 / n)")
+    t: float = option(1.0, "end time")
+    relax: int = option(600, "relaxation steps of the start (0: lattice)")
+    support: float = option(4.0, "support H in particle spacings")
+    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
+    re: float = option(100.0, "Reynolds number U L / nu")
+    u: float = option(1.0, "velocity amplitude U")
+    jitter: float = option(0.5, "jitter of the relaxation start, in dx")
+    skin: float = option(0.1, "Verlet skin as a fraction of the support")
+    frames: int = option(0, "write a particle frame every k steps (0: none)")
+    dtype: str = option("float64", "float64 or float32")
+    device: str = option("cpu", "torch device")
+    seed: int = option(0, "seed of the relaxation jitter")
+    threads: int = option(1, THREADS_HELP)
 
     def __post_init__(self):
         if self.n < 4 or self.t < 0 or self.relax < 0 or self.support <= 0 or self.re <= 0:
@@ -249,13 +246,8 @@ def run(config: TaylorGreenConfig, out, *, writer=None, quiet: bool = False) -> 
     Returns:
         The results (module docstring; the dict written to results.json).
     """
-    previous = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    try:
+    with torchThreads(config.threads):
         return _run(config, Path(out), writer, quiet)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run(config: TaylorGreenConfig, out: Path, writer, quiet: bool) -> dict:
