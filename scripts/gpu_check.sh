@@ -9,7 +9,8 @@
 #      (scripts/precompile_all.py), which also warms the cache for the steps that follow;
 #   3. the CUDA-marked tests (the cuda_0 half of every device-parametrised test, the stream and
 #      graph-capture tests), with pytest-xdist where the machine has it;
-#   4. the benchmarks on cuda:0 and the host-sync census;
+#   4. the benchmarks on cuda:0 and the host-sync census; the fluids cases (TGV and dam break)
+#      and the Taylor-Green step at 2,500 and 1M particles (scripts/benchmarks/fluids_device.py);
 #   5. a summary table. Logs and JSON go to a work folder, packed after every step into
 #      $OUT/gpu-check.tar.gz (so a run stopped at its limit still returns what it did).
 #
@@ -79,6 +80,7 @@ step bench-density 40 $PY benchmarks/bench_density.py --device "$DEV" --json "$W
 step bench-gradient 40 $PY benchmarks/bench_gradient.py --device "$DEV" --json "$W/bench-gradient.json"
 step bench-jvp 40 $PY benchmarks/bench_jvp.py --device "$DEV" --json "$W/bench-jvp.json"
 step census 25 $PY scripts/benchmarks/count_host_syncs.py --device "$DEV"
+step fluids 120 $PY scripts/benchmarks/fluids_device.py --device "$DEV" --json "$W/fluids.json"
 
 # the cold first result gets what is left of the budget
 left=$(( BUDGET - ($(date +%s) - T0) ))
@@ -123,6 +125,11 @@ d = load("bench-density.json")
 if d:
     rows.append(("Density ours/floor", d.get("throughput", {}).get("ratio")))
     rows.append(("Density call overhead ratio", d.get("overhead", {}).get("ratio")))
+f = load("fluids.json")
+if f:
+    for k, v in f.items():
+        if isinstance(v, dict):
+            rows.append((f"fluids {k}: ms per step", v.get("msPerStep")))
 for name, v in rows:
     print(f"{name:44s} {v if not isinstance(v, float) else round(v, 3)}")
 EOF
