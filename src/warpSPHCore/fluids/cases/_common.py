@@ -1,5 +1,5 @@
-"""What every case module shares: the config-field helper and the torch thread setting of a
-run."""
+"""What every case module shares: the config-field helper, the torch thread setting of a run
+and the loop a case runs in."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from dataclasses import field
 
 import torch
 
-__all__ = ["option", "torchThreads", "THREADS_HELP"]
+from ..loop import LoopOptions, Simulation
+
+__all__ = ["option", "torchThreads", "caseSimulation", "THREADS_HELP"]
 
 THREADS_HELP = ("torch CPU threads during the run, restored after it (0: leave torch's "
                 "setting)")
@@ -32,3 +34,14 @@ def torchThreads(threads: int):
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def caseSimulation(config, out, writer, quiet: bool, state, rateFn, case, stepper, *,
+                   wrap: bool = True, frameFields=None) -> Simulation:
+    """The `Simulation` of a case: `case`'s domain, supports and dt, the config's Verlet skin
+    and frame interval (frames in ``out/frames``), a progress bar unless `quiet`."""
+    options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
+                          wrap=wrap)
+    return Simulation(state, rateFn, case.domain, case.supports, case.dt, stepper=stepper,
+                      options=options, out=out / "frames" if config.frames else None,
+                      writer=writer, frameFields=frameFields)

@@ -46,9 +46,8 @@ from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions, ParticleType
 from ...kernels.constants import kernelC_d
 from ..integrators import FluidState
-from ..loop import LoopOptions, Simulation
 from ..walls import boxParticles, wallVelocities
-from ._common import THREADS_HELP, option, torchThreads
+from ._common import THREADS_HELP, caseSimulation, option, torchThreads
 from .poiseuille import wallBoundedRates
 from .transport import transportKickDriftKick
 
@@ -232,11 +231,9 @@ def _run(config: CavityConfig, out, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     nf, H, lid = case.fluid, case.supports, case.lidVelocity
-    options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet)
-    sim = Simulation(FluidState(case.positions, torch.zeros_like(case.positions)),
-                     cavityRates(case), case.domain, H, case.dt,
-                     stepper=transportKickDriftKick, options=options,
-                     out=out / "frames" if config.frames else None, writer=writer)
+    sim = caseSimulation(config, out, writer, quiet,
+                         FluidState(case.positions, torch.zeros_like(case.positions)),
+                         cavityRates(case), case, transportKickDriftKick)
     probes, component, reference = _probes(case.positions)
     rows = torch.arange(probes.shape[0], device=probes.device)
 

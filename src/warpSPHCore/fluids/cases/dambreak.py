@@ -61,12 +61,11 @@ from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions
 from ..eos import taitDensity, taitPressure
 from ..integrators import FluidState, Rates, kickDriftKick
-from ..loop import LoopOptions, Simulation
 from ..momentum import momentumAcceleration
 from ..stabilization import antuonoDensityDiffusion, artificialViscosity
 from ..terms import continuityDensityRate, densityDiffusion
 from ..walls import boxParticles, extrapolateWalls
-from ._common import THREADS_HELP, option, torchThreads
+from ._common import THREADS_HELP, caseSimulation, option, torchThreads
 
 __all__ = ["DamBreakConfig", "DamBreak", "MARTIN_MOYCE", "setup", "damBreakRates",
            "dimensionlessTime", "frontError", "frontLag", "run"]
@@ -328,17 +327,13 @@ def _run(config: DamBreakConfig, out: Path, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     nf, dx, a = case.fluidCount, case.dx, config.a
-    options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
-                          wrap=False)
-
     def pressures(state, _rates):
         return {"pressures": taitPressure(state.densities, config.rho0, case.c0)}
 
-    sim = Simulation(FluidState(case.positions, case.velocities, case.densities),
-                     damBreakRates(case), case.domain, case.supports, case.dt,
-                     stepper=kickDriftKick, options=options,
-                     out=out / "frames" if config.frames else None, writer=writer,
-                     frameFields=pressures)
+    sim = caseSimulation(config, out, writer, quiet,
+                         FluidState(case.positions, case.velocities, case.densities),
+                         damBreakRates(case), case, kickDriftKick, wrap=False,
+                         frameFields=pressures)
 
     def front(s):
         return s.positions[:nf, 0].amax()

@@ -59,11 +59,10 @@ from ...dataTypes.domain import DomainDescription
 from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions, ParticleType
 from ..integrators import FluidState
-from ..loop import LoopOptions, Simulation
 from ..momentum import transportVelocityAccelerations
 from ..terms import numberDensityVolumes
 from ..walls import boxParticles, extrapolateWalls
-from ._common import THREADS_HELP, option, torchThreads
+from ._common import THREADS_HELP, caseSimulation, option, torchThreads
 from .transport import TransportRates, transportKickDriftKick
 
 __all__ = ["PoiseuilleConfig", "Poiseuille", "setup", "poiseuilleVelocity",
@@ -328,11 +327,9 @@ def _run(config: PoiseuilleConfig, out, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     nf, dx = case.fluid, case.dx
-    options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet)
-    sim = Simulation(FluidState(case.positions, torch.zeros_like(case.positions)),
-                     poiseuilleRates(case), case.domain, case.supports, case.dt,
-                     stepper=transportKickDriftKick, options=options,
-                     out=out / "frames" if config.frames else None, writer=writer)
+    sim = caseSimulation(config, out, writer, quiet,
+                         FluidState(case.positions, torch.zeros_like(case.positions)),
+                         poiseuilleRates(case), case, transportKickDriftKick)
     snapshotSteps = {}
     for s in _times(config.snapshots):
         k = round(s / case.dt) if case.dt else 0

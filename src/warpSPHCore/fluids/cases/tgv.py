@@ -44,11 +44,10 @@ from ...dataTypes.domain import DomainDescription
 from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions
 from ..integrators import FluidState
-from ..loop import LoopOptions, Simulation
 from ..momentum import transportVelocityAccelerations
 from ..relaxation import relaxParticles
 from ..terms import numberDensityVolumes
-from ._common import THREADS_HELP, option, torchThreads
+from ._common import THREADS_HELP, caseSimulation, option, torchThreads
 from .transport import TransportRates, transportKickDriftKick
 
 __all__ = ["TaylorGreenConfig", "TaylorGreen", "setup", "taylorGreenRates",
@@ -254,11 +253,8 @@ def _run(config: TaylorGreenConfig, out: Path, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     m, U, M = case.masses, config.u, float(case.masses.sum())
-    options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet)
-    sim = Simulation(FluidState(case.positions, case.velocities), taylorGreenRates(case),
-                     case.domain, case.supports, case.dt, stepper=transportKickDriftKick,
-                     options=options, out=out / "frames" if config.frames else None,
-                     writer=writer)
+    sim = caseSimulation(config, out, writer, quiet, FluidState(case.positions, case.velocities),
+                         taylorGreenRates(case), case, transportKickDriftKick)
 
     def kinetic(v):
         return 0.5 * (m[:, None] * v**2).sum()
