@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_gradient.py
 	$(PY) benchmarks/bench_jvp.py
 	$(PY) benchmarks/bench_fluids.py
+	$(PY) benchmarks/bench_distributed.py
 
 # Whole-repository host-sync census of one simulated step (autodiff.md §15.2).
 census: $(STAMP)

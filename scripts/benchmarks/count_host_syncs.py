@@ -184,7 +184,11 @@ def main(argv=None) -> int:
                 "(`autodiff.md` §15.2). Allowed readbacks: one per neighbour search, one per "
                 "dual-tensor operator call (the batched liveness mask); everything else 0. The "
                 "exact numbers per module are asserted by "
-                "`tests/operations/test_no_host_sync.py`.\n\n")
+                "`tests/operations/test_no_host_sync.py`. Across ranks "
+                "(`warpSPHCore.distributed`, docs/distributed.md): one per halo build and one "
+                "per migration (the counts and the largest support, read back together), none "
+                "per exchange of values along a built halo; asserted by "
+                "`tests/distributed/test_distributed_errors.py`.\n\n")
         out.write_text(head + text + "\n")
         print(f"wrote {out}")
     return 0

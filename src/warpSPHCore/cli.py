@@ -8,6 +8,9 @@
     warpsph run CASE [options]         a validation case of `fluids.cases` (CASES): tgv,
                                        poiseuille, cavity or dambreak;
                                        its options are the fields of the case's config
+    warpsph distributed-check --nproc N
+                                       every operator, gradient and JVP on N local gloo
+                                       ranks against one process (`distributed.check`)
 
 `warpsph demo` writes figures, ``results.json`` and ``report.md`` to ./warpsph-out/ unless
 --out says otherwise, and prints a summary table. `warpsph run CASE` writes the case's
@@ -270,6 +273,42 @@ def _run(args) -> int:
     return 0
 
 
+def _distributedCheck(args) -> int:
+    """Spawn N gloo processes, compare with one process, print the table (and JSON)."""
+    from .distributed.check import (
+        CheckConfig,
+        RolloutConfig,
+        formatTable,
+        runCheck,
+        toJSON,
+        worst,
+    )
+
+    configs = [CheckConfig(dim, boundary == "periodic", args.n2 if dim == 2 else args.n3,
+                           2.6 if dim == 2 else 2.0)
+               for dim in args.dims for boundary in args.boundaries]
+    rollout = None if args.steps == 0 else RolloutConfig(
+        CheckConfig(2, True, args.n2), steps=args.steps, rebalanceAt=max(1, args.steps // 2))
+    start = time.perf_counter()
+    report = runCheck(args.nproc, configs, rollout)
+    report["seconds"] = time.perf_counter() - start
+    report["tolerance"] = args.tol
+    report["worst"] = worst(report)
+    conserved = "rollout" not in report or (report["rollout"]["countConserved"]
+                                            and report["rollout"]["massConserved"])
+    report["passed"] = report["worst"] <= args.tol and conserved
+    print(f"warpsph distributed-check: {args.nproc} gloo ranks against one process, "
+          "largest relative difference max|a - b| / max|b| per quantity")
+    print(formatTable(report))
+    print(f"\nworst {report['worst']:.2e} (tolerance {args.tol:g}); "
+          f"{'PASSED' if report['passed'] else 'FAILED'} in {report['seconds']:.0f} s")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(toJSON(report))
+        print(f"json: {args.json}")
+    return 0 if report["passed"] else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warpsph", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -296,6 +335,18 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="warpsph-out")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     _runParser(sub)
+    k = sub.add_parser("distributed-check", help="every operator (plain and corrected), its "
+                       "gradients and JVPs on N local gloo ranks against one process")
+    k.add_argument("--nproc", type=int, default=2, help="gloo processes (default 2)")
+    k.add_argument("--dims", nargs="+", type=int, default=[2, 3], choices=[2, 3])
+    k.add_argument("--boundaries", nargs="+", default=["periodic", "walled"],
+                   choices=["periodic", "walled"])
+    k.add_argument("--n2", type=int, default=16, help="2D particles per axis (default 16)")
+    k.add_argument("--n3", type=int, default=10, help="3D particles per axis (default 10)")
+    k.add_argument("--steps", type=int, default=20,
+                   help="rollout steps with migration and one rebalance (0: no rollout)")
+    k.add_argument("--tol", type=float, default=1e-12, help="pass threshold (default 1e-12)")
+    k.add_argument("--json", default=None, help="write the report as JSON to this path")
     c = sub.add_parser("precompile", help="compile the Warp kernels ahead of time (Warp's "
                        "parallel module loading) into Warp's kernel cache")
     c.add_argument("--device", nargs="+", default=["cpu"],
@@ -325,6 +376,8 @@ def main(argv=None) -> int:
         return _precompile(args)
     if args.command == "run":
         return _run(args)
+    if args.command == "distributed-check":
+        return _distributedCheck(args)
     return _demo(args)
 
 

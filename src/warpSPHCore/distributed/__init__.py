@@ -1,0 +1,23 @@
+"""Differentiable domain decomposition on `torch.distributed` (docs/distributed.md).
+
+* `decompose`: recursive coordinate bisection of a `DomainDescription` among the ranks,
+  along neighbour-search cells (`Decomposition`);
+* `Halo`: the reference particles within reach of a rank's block, received from the others
+  (counts first, one host readback per build), differentiable in reverse and forward mode;
+* `migrate`: particles to their new owners after they move (sorted by global id);
+* `globalSum`: a differentiable sum over the ranks (a loss); `replicated`: a parameter
+  every rank holds, whose gradient is summed over the ranks;
+* `spawn`: N local gloo processes without a launcher.
+
+The operators run unchanged on each rank: queries = the owned particles, references =
+``halo.particles(owned)``, reference fields = ``halo.extend(field)``.
+"""
+
+from ._comm import Route, globalMax, globalSum, replicated
+from .decomposition import Decomposition, decompose
+from .halo import Halo
+from .migration import migrate, ownedSelection
+from .spawn import spawn
+
+__all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection",
+           "globalSum", "globalMax", "replicated", "spawn"]

@@ -1,0 +1,311 @@
+"""The transport of `warpSPHCore.distributed`: process-group checks, the variable-size row
+exchange (`Route`) and its differentiable wrappers, and the differentiable global sum.
+
+A `Route` moves rows of per-particle tensors between the ranks of a process group: rank r
+sends the rows ``sendIndex`` of its source tensor (grouped by destination, ``sendCounts``
+rows to each rank) and receives ``recvCounts`` rows from each rank, in rank order. The
+counts are host integers, read back once when the route is built (`exchangeCounts`), so
+moving data along a route never synchronises the host.
+
+Derivatives (the exchange is linear in the rows it moves):
+
+* reverse mode: the adjoint of "gather rows and send" is "send the cotangents back and add
+  them into the source rows" (`_Gather.backward` calls `_Scatter`, and the other way round,
+  so second derivatives go through as well);
+* forward mode: a tangent travels along the same route as its primal (`jvp`).
+
+Every rank must make the same sequence of calls (collectives), which every SPMD program
+does; torch runs the backward nodes of identical graphs in the same order on every rank.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["Route", "processGroup", "checkConsistent", "consistencyCode", "checkCodes",
+           "exchangeCounts", "globalSum", "globalMax", "replicated"]
+
+_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
+
+
+def processGroup(where: str, group=None):
+    """``(group, rank, size)`` of an initialised process group; RuntimeError otherwise."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise RuntimeError(f"{where}: torch.distributed is not available in this torch build")
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{where}: the torch.distributed process group is not initialised; call "
+            "torch.distributed.init_process_group('gloo' or 'nccl') first (torchrun sets the "
+            "environment it reads), or run the function under warpSPHCore.distributed.spawn")
+    return group, dist.get_rank(group), dist.get_world_size(group)
+
+
+def commDevice(group, device: torch.device) -> torch.device:
+    """The device collectives of `group` take: the data's device, or the CPU for gloo with
+    CUDA data (gloo's all-to-all is CPU-only)."""
+    import torch.distributed as dist
+
+    if device.type != "cpu" and dist.get_backend(group) == "gloo":
+        return torch.device("cpu")
+    return device
+
+
+def checkConsistent(where: str, group, dtype: torch.dtype, device: torch.device, dim: int):
+    """Raise the same TypeError on every rank when the ranks disagree on the float dtype, the
+    device type or the dimension (one small all-gather; no host readback beyond it)."""
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+    code = torch.tensor([_DTYPES.index(dtype) if dtype in _DTYPES else -1,
+                         0 if device.type == "cpu" else 1, dim], dtype=torch.int64)
+    comm = commDevice(group, device)
+    gathered = [torch.empty_like(code, device=comm) for _ in range(size)]
+    dist.all_gather(gathered, code.to(comm), group=group)
+    rows = torch.stack(gathered).cpu().tolist()
+    if any(r != rows[0] for r in rows):
+        names = [f"rank {k}: dtype {_DTYPES[r[0]] if r[0] >= 0 else '?'}, "
+                 f"{'cpu' if r[1] == 0 else 'cuda'}, d = {r[2]}" for k, r in enumerate(rows)]
+        raise TypeError(f"{where}: the ranks disagree on dtype, device type or dimension "
+                        f"({'; '.join(names)}); accepted: one float dtype, one device type "
+                        "and one d on every rank")
+
+
+def _code(dtype: torch.dtype, device: torch.device, dim: int) -> float:
+    kind = _DTYPES.index(dtype) if dtype in _DTYPES else 9
+    return float(kind * 100 + (0 if device.type == "cpu" else 10) + dim)
+
+
+def consistencyCode(dtype: torch.dtype, device: torch.device, dim: int, comm) -> torch.Tensor:
+    """float64 ``[2]`` (code, -code) of this rank's dtype, device type and dimension: after an
+    all-reduce MAX the ranks agree exactly when the two read back as (c, -c) (`checkCodes`);
+    rides on a reduction the caller makes anyway, so it costs no extra readback."""
+    c = _code(dtype, device, dim)
+    return torch.tensor([c, -c], dtype=torch.float64, device=comm)
+
+
+def checkCodes(where: str, values, dtype: torch.dtype, device: torch.device, dim: int):
+    """Raise the same TypeError on every rank when the all-reduced (max code, max -code)
+    `values` show that the ranks disagree (`consistencyCode`)."""
+    hi, lo = values[0], -values[1]
+    if hi != lo:
+        raise TypeError(f"{where}: the ranks disagree on dtype, device type or dimension (this "
+                        f"rank: {dtype}, {device.type}, d = {dim}); accepted: one float dtype, "
+                        "one device type and one d on every rank")
+
+
+def exchangeCounts(sendCounts: torch.Tensor, group, extra: torch.Tensor | None = None):
+    """All-to-all of the per-destination row counts ``[P]`` (int64); returns host lists
+    ``(send, recv)`` and, when given, the host values of `extra` (float64 ``[k]``), all from
+    one readback."""
+    import torch.distributed as dist
+
+    device = sendCounts.device
+    comm = commDevice(group, device)
+    send = sendCounts.to(comm, torch.int64)
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    parts = [send.double(), recv.double()]
+    if extra is not None:
+        parts.append(extra.to(comm, torch.float64).reshape(-1))
+    host = torch.cat(parts).tolist()  # the one host readback of the exchange
+    P = send.shape[0]
+    sendHost = [int(v) for v in host[:P]]
+    recvHost = [int(v) for v in host[P:2 * P]]
+    return sendHost, recvHost, host[2 * P:]
+
+
+class Route:
+    """A fixed row exchange (module docstring).
+
+    Args:
+        sendIndex: int64 ``[S]`` source rows, grouped by destination rank in rank order.
+        sendCounts: host ints ``[P]``, rows to each rank (sum S).
+        recvCounts: host ints ``[P]``, rows from each rank.
+        sourceRows: the number of source rows (the shape of the reverse result).
+        group: the process group (None: the default group).
+    """
+
+    def __init__(self, sendIndex, sendCounts, recvCounts, sourceRows: int, group=None):
+        self.sendIndex = sendIndex
+        self.sendCounts = list(sendCounts)
+        self.recvCounts = list(recvCounts)
+        self.sourceRows = int(sourceRows)
+        self.group = group
+
+    @property
+    def sent(self) -> int:
+        return sum(self.sendCounts)
+
+    @property
+    def received(self) -> int:
+        return sum(self.recvCounts)
+
+    def _alltoall(self, rows: torch.Tensor, sendCounts, recvCounts) -> torch.Tensor:
+        import torch.distributed as dist
+
+        device = rows.device
+        comm = commDevice(self.group, device)
+        flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:])).contiguous().to(comm)
+        out = torch.empty((sum(recvCounts), flat.shape[1]), dtype=flat.dtype, device=comm)
+        dist.all_to_all_single(out, flat, output_split_sizes=list(recvCounts),
+                               input_split_sizes=list(sendCounts), group=self.group)
+        return out.to(device).reshape((out.shape[0],) + tuple(rows.shape[1:]))
+
+    def forwardRows(self, source: torch.Tensor) -> torch.Tensor:
+        """The received rows ``[R, *S]`` of `source` ``[sourceRows, *S]`` (no autograd)."""
+        rows = source.index_select(0, self.sendIndex)
+        return self._alltoall(rows, self.sendCounts, self.recvCounts)
+
+    def reverseRows(self, received: torch.Tensor) -> torch.Tensor:
+        """The adjoint of `forwardRows`: rows ``[R, *S]`` sent back and summed into
+        ``[sourceRows, *S]`` (no autograd)."""
+        back = self._alltoall(received, self.recvCounts, self.sendCounts)
+        out = torch.zeros((self.sourceRows,) + tuple(received.shape[1:]), dtype=back.dtype,
+                          device=back.device)
+        return out.index_add_(0, self.sendIndex, back)
+
+    def gather(self, *tensors):
+        """The received rows of each tensor, differentiable (reverse and forward mode).
+        Float tensors of one dtype travel together in one exchange; other dtypes (kinds,
+        ids) go one exchange each, without autograd."""
+        out = [None] * len(tensors)
+        groups: dict = {}
+        for k, t in enumerate(tensors):
+            if t is None:
+                continue
+            if t.shape[0] != self.sourceRows:
+                raise ValueError(f"Route.gather: tensor {k} has {t.shape[0]} rows; accepted: "
+                                 f"{self.sourceRows} (the source rows of the route)")
+            groups.setdefault(t.dtype, []).append(k)
+        for dtype, ks in groups.items():
+            if not dtype.is_floating_point:
+                for k in ks:
+                    out[k] = self.forwardRows(tensors[k])
+                continue
+            flats = [tensors[k].reshape(self.sourceRows, math.prod(tensors[k].shape[1:]))
+                     for k in ks]
+            widths = [f.shape[1] for f in flats]
+            packed = flats[0] if len(flats) == 1 else torch.cat(flats, dim=1)
+            moved = _Gather.apply(packed, self)
+            for k, part in zip(ks, moved.split(widths, dim=1)):
+                shape = (part.shape[0],) + tuple(tensors[k].shape[1:])
+                out[k] = part.reshape(shape) if len(ks) == 1 else part.contiguous().reshape(shape)
+        return out[0] if len(tensors) == 1 else tuple(out)
+
+    def scatterAdd(self, received: torch.Tensor) -> torch.Tensor:
+        """Rows ``[R, *S]`` on the receiving side sent back to their sources and summed
+        ``[sourceRows, *S]`` (the adjoint of `gather`), differentiable."""
+        shape = tuple(received.shape[1:])
+        out = _Scatter.apply(received.reshape(received.shape[0], math.prod(shape)), self)
+        return out.reshape((self.sourceRows,) + shape)
+
+
+class _Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, source, route):
+        ctx.route = route
+        return route.forwardRows(source)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _Scatter.apply(grad, ctx.route), None
+
+    @staticmethod
+    def jvp(ctx, tangent, _route):
+        return ctx.route.forwardRows(tangent)
+
+
+class _Scatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, received, route):
+        ctx.route = route
+        return route.reverseRows(received)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _Gather.apply(grad, ctx.route), None
+
+    @staticmethod
+    def jvp(ctx, tangent, _route):
+        return ctx.route.reverseRows(tangent)
+
+
+def _allReduce(t: torch.Tensor, group, op) -> torch.Tensor:
+    import torch.distributed as dist
+
+    comm = commDevice(group, t.device)
+    buf = t.detach().clone().to(comm)
+    dist.all_reduce(buf, op=op, group=group)
+    return buf.to(t.device)
+
+
+class _GlobalSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        import torch.distributed as dist
+
+        ctx.group = group
+        return _allReduce(x, group, dist.ReduceOp.SUM)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # every rank holds the same global value and seeds the same cotangent: the
+        # derivative of that one value w.r.t. this rank's addend is the cotangent itself
+        return grad, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _group):
+        import torch.distributed as dist
+
+        return _allReduce(tangent, ctx.group, dist.ReduceOp.SUM)
+
+
+def globalSum(x: torch.Tensor, group=None) -> torch.Tensor:
+    """The sum of `x` over the ranks (element-wise), on every rank; differentiable.
+
+    Reverse mode differentiates the one replicated global value: call ``backward()`` on it
+    on every rank (every rank seeds the same cotangent) and each rank gets the gradient of
+    the global value w.r.t. its own addend, not the rank-count multiple a plain all-reduce
+    adjoint would give. Forward mode sums the tangents over the ranks.
+    """
+    processGroup("globalSum", group)
+    return _GlobalSum.apply(x, group)
+
+
+class _Replicated(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        return _allReduce(grad, ctx.group, dist.ReduceOp.SUM), None
+
+    @staticmethod
+    def jvp(ctx, tangent, _group):
+        return tangent
+
+
+def replicated(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Use a tensor that every rank holds identically (a model parameter: a viscosity, a
+    force amplitude) in a distributed computation: the identity forward, and in reverse mode
+    the gradient summed over the ranks, so every rank's ``x.grad`` is the gradient of the
+    global loss (as DistributedDataParallel does for its parameters). Without it each rank
+    gets only its own share."""
+    processGroup("replicated", group)
+    return _Replicated.apply(x, group)
+
+
+def globalMax(x: torch.Tensor, group=None) -> torch.Tensor:
+    """The element-wise maximum of `x` over the ranks (no derivative)."""
+    import torch.distributed as dist
+
+    processGroup("globalMax", group)
+    return _allReduce(x, group, dist.ReduceOp.MAX)

@@ -1,0 +1,196 @@
+"""Bad set-ups of `warpSPHCore.distributed` raise clear errors, on every rank alike (no
+rank is left waiting in a collective): no process group, ranks that disagree on dtype, a
+halo wider than a subdomain. Also the host-sync census of a halo build, an exchange and a
+migration (one readback per build or migration, none per exchange) and the derivatives of
+the exchange itself (the adjoint identity over the ranks, reverse, forward and second
+order)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from warpSPHCore.dataTypes.domain import DomainDescription
+from warpSPHCore.dataTypes.particleState import ParticleState
+from warpSPHCore.distributed import Halo, decompose, globalSum, migrate, ownedSelection, spawn
+
+
+def _domain(dtype=torch.float64):
+    return DomainDescription(torch.zeros(2, dtype=dtype), torch.ones(2, dtype=dtype),
+                             [True, True])
+
+
+def _lattice(n=12, dtype=torch.float64, h=2.5):
+    ax = (torch.arange(n, dtype=dtype) + 0.5) / n
+    x = torch.stack(torch.meshgrid(ax, ax, indexing="ij"), -1).reshape(-1, 2)
+    N = x.shape[0]
+    return x, torch.full((N,), h / n, dtype=dtype), torch.full((N,), 1.0 / N, dtype=dtype)
+
+
+def test_no_process_group_raises():
+    x, h, _ = _lattice()
+    with pytest.raises(RuntimeError, match="process group is not initialised"):
+        decompose(_domain(), x, h)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        globalSum(torch.ones(1))
+
+
+def _errors(rank, size):
+    out = {}
+    # 1. rank 1 uses float32: every rank raises the same TypeError
+    dtype = torch.float32 if rank == 1 else torch.float64
+    x, h, m = _lattice(dtype=dtype)
+    try:
+        decompose(_domain(dtype), x, h, replicated=True)
+        out["dtype"] = None
+    except TypeError as e:
+        out["dtype"] = str(e)
+    # 2. a support wider than a subdomain: half the particles in x < 0.1 put the cut there
+    x, h, m = _lattice()
+    x[:, 0] = torch.where(torch.arange(x.shape[0]) % 2 == 0, 0.1 * x[:, 0], x[:, 0])
+    h = torch.full_like(h, 0.3)
+    dec = decompose(_domain(), x, h, cellSize=0.05, replicated=True)
+    own = ownedSelection(dec, x)
+    owned = ParticleState(x[own], h[own], m[own], torch.zeros(int(own.sum()),
+                                                                 dtype=torch.int32))
+    try:
+        Halo.build(dec, owned)
+        out["width"] = None
+    except ValueError as e:
+        out["width"] = str(e)
+    # 3. a migration with mismatched dtypes raises on both ranks
+    xm = x[own].to(torch.float32 if rank == 1 else torch.float64)
+    try:
+        migrate(dec, xm)
+        out["migrate"] = None
+    except TypeError as e:
+        out["migrate"] = str(e)
+    return out
+
+
+def test_bad_setups_raise_on_every_rank():
+    results = spawn(_errors, 2)
+    for r in results:
+        assert r["dtype"] and "disagree on dtype" in r["dtype"]
+        assert r["width"] and "exceeds rank" in r["width"] and "adjacent ranks" in r["width"]
+        assert r["migrate"] and "disagree" in r["migrate"]
+
+
+def _census(rank, size):
+    from warpSPHCore.util.hostSyncCensus import Census
+
+    x, h, m = _lattice(16)
+    dec = decompose(_domain(), x, h, replicated=True)
+    own = ownedSelection(dec, x)
+    owned = ParticleState(x[own], h[own], m[own], torch.zeros(int(own.sum()),
+                                                                 dtype=torch.int32))
+    counts = {}
+    c = Census()
+    with c.patched():
+        halo = Halo.build(dec, owned)
+    counts["build"] = c.total
+    c = Census()
+    with c.patched():
+        halo.extend(owned.masses)
+        halo.particles(owned)
+    counts["exchange"] = c.total
+    moved, mass = x[own] + 0.01, m[own]
+    c = Census()
+    with c.patched():
+        migrate(dec, moved, mass)
+    counts["migrate"] = c.total
+    return counts
+
+
+def test_host_sync_census():
+    for counts in spawn(_census, 2):
+        assert counts == {"build": 1, "exchange": 0, "migrate": 1}
+
+
+def _exchangeDerivatives(rank, size):
+    import torch.autograd.forward_ad as fwAD
+
+    x, h, m = _lattice(10)
+    dec = decompose(_domain(), x, h, replicated=True)
+    own = ownedSelection(dec, x)
+    owned = ParticleState(x[own], h[own], m[own], torch.zeros(int(own.sum()),
+                                                                 dtype=torch.int32))
+    halo = Halo.build(dec, owned)
+    g = torch.Generator().manual_seed(rank)
+    f = torch.rand(int(own.sum()), 2, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(halo.haloCount, 2, generator=g, dtype=torch.float64)
+
+    # the adjoint identity, summed over the ranks: <exchange(f), w> = <f, scatterAdd(w)>
+    lhs = float(globalSum((halo.exchange(f) * w).sum().detach()))
+    rhs = float(globalSum((f * halo.scatterAdd(w)).sum().detach()))
+    # reverse mode of <w, exchange(f)> equals the scatter-add of w (the adjoint)
+    grad, = torch.autograd.grad((halo.exchange(f) * w).sum(), f)
+    adjoint = halo.scatterAdd(w)
+    # forward mode: exchange of a dual is the exchange of the tangent
+    t = torch.rand(f.shape, generator=g, dtype=torch.float64)
+    with fwAD.dual_level():
+        y = halo.exchange(fwAD.make_dual(f.detach(), t))
+        tangent = fwAD.unpack_dual(y).tangent
+    # second order: the gradient of <grad, v> goes through the adjoint's own adjoint
+    v = torch.rand(f.shape, generator=g, dtype=torch.float64)
+    gg, = torch.autograd.grad((halo.exchange(f) ** 2 * w).sum(), f, create_graph=True)
+    hv, = torch.autograd.grad((gg * v).sum(), f)
+    hvRef = halo.scatterAdd(2 * w * halo.exchange(v))
+    return dict(identity=abs(lhs - rhs) / abs(lhs), adjoint=float((grad - adjoint).abs().max()),
+                forward=float((tangent - halo.exchange(t)).abs().max()),
+                second=float((hv - hvRef).abs().max()), halo=halo.haloCount)
+
+
+def test_exchange_derivatives():
+    for r in spawn(_exchangeDerivatives, 2):
+        assert r["identity"] < 1e-14 and r["halo"] > 0
+        assert r["adjoint"] == 0.0 and r["forward"] == 0.0 and r["second"] < 1e-14
+
+
+def _emptyRankAndReplicated(rank, size):
+    from warpSPHCore import KernelFunctions, OperationProperties, WarpOperation
+    from warpSPHCore.distributed import replicated
+    from warpSPHCore.operations import warpOperation
+
+    x, h, m = _lattice(12)
+    ids = torch.arange(x.shape[0])
+    dec = decompose(_domain(), x, h, replicated=True)
+    own = ownedSelection(dec, x)
+    # every particle moves into rank 0's block: rank 1 ends with none
+    lo, hi = dec.bounds(0)
+    squeezed = x.clone()
+    squeezed[:, 0] = lo[0] + (hi[0] - lo[0]) * x[:, 0]
+    xs, ms, hs, ids = migrate(dec, squeezed[own], m[own], h[own], ids=ids[own])
+    kinds = torch.zeros(xs.shape[0], dtype=torch.int32)
+    scale = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    owned = ParticleState(xs, hs, replicated(scale) * ms, kinds)
+    halo = Halo.build(dec, owned)
+    props = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Density)
+    rho = warpOperation(owned, props, _domain(), referenceParticles=halo.particles(owned))
+    loss = globalSum((rho ** 2).sum())
+    loss.backward()
+    return dict(count=xs.shape[0], ids=ids, rho=rho.detach(), loss=float(loss),
+                grad=float(scale.grad), squeezed=squeezed, m=m, h=h)
+
+
+def test_empty_rank_and_replicated_parameter():
+    from warpSPHCore import KernelFunctions, OperationProperties, WarpOperation
+    from warpSPHCore.operations import warpOperation
+
+    results = spawn(_emptyRankAndReplicated, 2)
+    assert sorted(r["count"] for r in results) == [0, 144]
+    r0 = results[0]
+    scale = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    x = r0["squeezed"]
+    owned = ParticleState(x, r0["h"], scale * r0["m"], torch.zeros(x.shape[0],
+                                                                    dtype=torch.int32))
+    props = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Density)
+    rho = warpOperation(owned, props, _domain())
+    loss = (rho ** 2).sum()
+    loss.backward()
+    out = torch.cat([r["rho"] for r in results])[torch.argsort(torch.cat([r["ids"]
+                                                                          for r in results]))]
+    assert float((out - rho.detach()).abs().max() / rho.detach().abs().max()) < 1e-13
+    for r in results:  # every rank: the whole gradient of the global loss
+        assert abs(r["loss"] - float(loss)) < 1e-12 * float(loss)
+        assert abs(r["grad"] - float(scale.grad)) < 1e-12 * abs(float(scale.grad))
