@@ -11,6 +11,7 @@
 #      graph-capture tests), with pytest-xdist where the machine has it;
 #   4. the benchmarks on cuda:0 and the host-sync census; the fluids cases (TGV and dam break)
 #      and the Taylor-Green step at 2,500 and 1M particles (scripts/benchmarks/fluids_device.py);
+#      the distributed check on two gloo ranks with CUDA tensors (`warpsph distributed-check`);
 #   5. a summary table. Logs and JSON go to a work folder, packed after every step into
 #      $OUT/gpu-check.tar.gz (so a run stopped at its limit still returns what it did).
 #
@@ -81,6 +82,8 @@ step bench-gradient 40 $PY benchmarks/bench_gradient.py --device "$DEV" --json "
 step bench-jvp 40 $PY benchmarks/bench_jvp.py --device "$DEV" --json "$W/bench-jvp.json"
 step census 25 $PY scripts/benchmarks/count_host_syncs.py --device "$DEV"
 step fluids 120 $PY scripts/benchmarks/fluids_device.py --device "$DEV" --json "$W/fluids.json"
+# issue 17 on one GPU: gloo with CUDA tensors (NCCL needs a GPU per rank), 2 ranks, 2D
+step distributed 120 $PY -m warpSPHCore distributed-check --nproc 2 --dims 2 --device "$DEV" --json "$W/distributed.json"
 
 # the cold first result gets what is left of the budget
 left=$(( BUDGET - ($(date +%s) - T0) ))

@@ -285,10 +285,11 @@ def _distributedCheck(args) -> int:
     )
 
     configs = [CheckConfig(dim, boundary == "periodic", args.n2 if dim == 2 else args.n3,
-                           2.6 if dim == 2 else 2.0)
+                           2.6 if dim == 2 else 2.0, device=args.device)
                for dim in args.dims for boundary in args.boundaries]
     rollout = None if args.steps == 0 else RolloutConfig(
-        CheckConfig(2, True, args.n2), steps=args.steps, rebalanceAt=max(1, args.steps // 2))
+        CheckConfig(2, True, args.n2, device=args.device), steps=args.steps,
+        rebalanceAt=max(1, args.steps // 2))
     start = time.perf_counter()
     report = runCheck(args.nproc, configs, rollout)
     report["seconds"] = time.perf_counter() - start
@@ -346,6 +347,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--steps", type=int, default=20,
                    help="rollout steps with migration and one rebalance (0: no rollout)")
     k.add_argument("--tol", type=float, default=1e-12, help="pass threshold (default 1e-12)")
+    k.add_argument("--device", default="cpu",
+                   help="tensor device of every rank (cuda:0: gloo with CUDA tensors)")
     k.add_argument("--json", default=None, help="write the report as JSON to this path")
     c = sub.add_parser("precompile", help="compile the Warp kernels ahead of time (Warp's "
                        "parallel module loading) into Warp's kernel cache")

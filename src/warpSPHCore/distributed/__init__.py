@@ -5,6 +5,7 @@
 * `Halo`: the reference particles within reach of a rank's block, received from the others
   (counts first, one host readback per build), differentiable in reverse and forward mode;
 * `migrate`: particles to their new owners after they move (sorted by global id);
+  `rebalance`: a new bisection of the current particles, then `migrate`;
 * `globalSum`: a differentiable sum over the ranks (a loss); `replicated`: a parameter
   every rank holds, whose gradient is summed over the ranks;
 * `spawn`: N local gloo processes without a launcher.
@@ -16,8 +17,8 @@ The operators run unchanged on each rank: queries = the owned particles, referen
 from ._comm import Route, globalMax, globalSum, replicated
 from .decomposition import Decomposition, decompose
 from .halo import Halo
-from .migration import migrate, ownedSelection
+from .migration import migrate, ownedSelection, rebalance
 from .spawn import spawn
 
-__all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection",
+__all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection", "rebalance",
            "globalSum", "globalMax", "replicated", "spawn"]

@@ -43,7 +43,7 @@ from ..operations import warpOperation, warpOperationHVP, warpOperationJVP
 from ._comm import globalSum
 from .decomposition import decompose
 from .halo import Halo
-from .migration import migrate, ownedSelection
+from .migration import migrate, ownedSelection, rebalance
 
 __all__ = ["CheckConfig", "CASES", "LocalHalo", "problem", "pipeline", "referenceResults",
            "distributedResults", "compare", "rollout", "runCheck", "formatTable"]
@@ -63,6 +63,7 @@ class CheckConfig:
     n: int = 16
     support: float = 2.6
     seed: int = 0
+    device: str = "cpu"
 
     @property
     def name(self) -> str:
@@ -102,8 +103,22 @@ def problem(config: CheckConfig):
     tx = torch.rand(x.shape, generator=g, dtype=f64) - 0.5
     tf = torch.rand(N, generator=g, dtype=f64) - 0.5
     tu = torch.rand(x.shape, generator=g, dtype=f64) - 0.5
-    return dict(x=x, h=h, m=m, kinds=kinds, f=f, u=u, domain=domain,
-                ids=torch.arange(N, dtype=torch.int64), tx=tx, tf=tf, tu=tu)
+    dev = torch.device(config.device)
+    domain = DomainDescription(domain.min.to(dev), domain.max.to(dev), domain.periodic.to(dev))
+    state = dict(x=x, h=h, m=m, kinds=kinds, f=f, u=u, ids=torch.arange(N, dtype=torch.int64),
+                 tx=tx, tf=tf, tu=tu)
+    return dict({k: v.to(dev) for k, v in state.items()}, domain=domain)
+
+
+def _cpu(obj):
+    """Tensors of nested dicts / lists moved to the CPU (results cross process borders)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
 
 
 def _props(op, **kw):
@@ -138,7 +153,8 @@ CASES = {
 
 
 def _weights(ids, shape, dtype):
-    k = torch.arange(math.prod(shape[1:]) if len(shape) > 1 else 1, dtype=dtype)
+    k = torch.arange(math.prod(shape[1:]) if len(shape) > 1 else 1, dtype=dtype,
+                     device=ids.device)
     w = torch.sin(0.37 * ids.to(dtype)[:, None] + 0.71 * k[None] + 0.5)
     return w.reshape(shape)
 
@@ -285,7 +301,7 @@ def evaluate(state: dict, halo, halo2, cases, reduce=None) -> dict:
 def referenceResults(config: CheckConfig, cases=None) -> dict:
     """The single-process results (global order = ids)."""
     state = problem(config)
-    return evaluate(state, LocalHalo(), LocalHalo(), list(cases or CASES))
+    return _cpu(evaluate(state, LocalHalo(), LocalHalo(), list(cases or CASES)))
 
 
 def distributedResults(rank: int, size: int, config: CheckConfig, cases=None) -> dict:
@@ -299,7 +315,7 @@ def distributedResults(rank: int, size: int, config: CheckConfig, cases=None) ->
     halo = Halo.build(decomposition, owned, ids=local["ids"])
     halo2 = Halo.build(decomposition, owned, depth=2, ids=local["ids"])
     results = evaluate(local, halo, halo2, list(cases or CASES), reduce=globalSum)
-    return dict(ids=local["ids"], results=results, owned=halo.ownedCount,
+    return dict(ids=local["ids"].cpu(), results=_cpu(results), owned=halo.ownedCount,
                 halo=halo.haloCount, halo2=halo2.haloCount,
                 decomposition=decomposition.describe())
 
@@ -328,7 +344,7 @@ def compare(reference: dict, ranks: list) -> dict:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """A small WCSPH rollout (module docstring) on a `CheckConfig` problem."""
+    """A small WCSPH rollout (module docstring) on a `CheckConfig` problem (its device)."""
 
     problem: CheckConfig = CheckConfig()
     steps: int = 20
@@ -359,7 +375,7 @@ def _rates(x, v, h, m, kinds, domain, halo, c0, nu):
     return -gradP / rho[:, None] + nu * lap
 
 
-def _wrap(x, domain):
+def _wrap(x, domain):  # positions back into the box on periodic axes
     lo, hi = domain.min, domain.max
     E = hi - lo
     return torch.where(domain.periodic, x - E * torch.floor((x - lo) / E), x)
@@ -385,9 +401,12 @@ def rollout(config: RolloutConfig, rank=None, size=None):
         x = _wrap(x + config.dt * v, domain)
         if rank is not None:
             if step + 1 == config.rebalanceAt:
-                decomposition = decompose(domain, x, h)
-            x, v, h, m, kinds, ids = migrate(decomposition, x, v, h, m, kinds, ids=ids)
-    return dict(ids=ids, x=x.detach(), v=v.detach(), m=m, count=int(x.shape[0]),
+                decomposition, x, v, h, m, kinds, ids = rebalance(decomposition, x, v, h, m,
+                                                                  kinds, ids=ids)
+            else:
+                x, v, h, m, kinds, ids = migrate(decomposition, x, v, h, m, kinds, ids=ids)
+    return dict(ids=ids.cpu(), x=x.detach().cpu(), v=v.detach().cpu(), m=m.cpu(),
+                count=int(x.shape[0]),
                 blocks=None if decomposition is None else decomposition.blocks)
 
 

@@ -44,9 +44,11 @@ class Decomposition:
         periodic: d bools.
         cells: cells per axis ``n_k``.
         blocks: per rank, ``(lo, hi)`` cell indices (d ints each, hi exclusive).
-        cellSize: the cell size c the grid was made from.
+        cellSize: the search cell size c the grid was made from.
         rank: this process's rank in the group.
         group: the process group (None: the default group).
+        subdivide: slices per search cell and axis.
+        minWidth: the narrowest part a cut could leave.
     """
 
     lower: tuple
@@ -57,6 +59,8 @@ class Decomposition:
     cellSize: float
     rank: int
     group: object = None
+    subdivide: int = 1
+    minWidth: float = 0.0
 
     @property
     def size(self) -> int:
@@ -77,6 +81,21 @@ class Decomposition:
         return (tuple(self.lower[k] + lo[k] * w[k] for k in range(self.dim)),
                 tuple(self.lower[k] + hi[k] * w[k] if hi[k] < self.cells[k] else self.upper[k]
                       for k in range(self.dim)))
+
+    def reachBounds(self, dtype, device):
+        """``(lo, hi)`` ``[P, d]`` tensors of the blocks' coordinates, with -inf / +inf at a
+        walled (non-periodic) domain face: ownership clamps there, so a block reaches
+        past it."""
+        lo, hi = [], []
+        for r in range(self.size):
+            blo, bhi = self.blocks[r]
+            a, b = self.bounds(r)
+            lo.append([-math.inf if blo[k] == 0 and not self.periodic[k] else a[k]
+                       for k in range(self.dim)])
+            hi.append([math.inf if bhi[k] == self.cells[k] and not self.periodic[k] else b[k]
+                       for k in range(self.dim)])
+        return (torch.tensor(lo, dtype=dtype, device=device),
+                torch.tensor(hi, dtype=dtype, device=device))
 
     def extents(self, rank: int) -> tuple:
         lo, hi = self.bounds(rank)
@@ -102,6 +121,14 @@ class Decomposition:
         hi = torch.tensor([b[1] for b in self.blocks], dtype=torch.int64, device=c.device)
         inside = ((c[:, None, :] >= lo[None]) & (c[:, None, :] < hi[None])).all(dim=2)
         return inside.to(torch.int8).argmax(dim=1)
+
+    def domain(self, dtype=torch.float64, device="cpu"):
+        """The decomposed box as a `DomainDescription`."""
+        from ..dataTypes.domain import DomainDescription
+
+        return DomainDescription(torch.tensor(self.lower, dtype=dtype, device=device),
+                                 torch.tensor(self.upper, dtype=dtype, device=device),
+                                 list(self.periodic))
 
     def describe(self) -> str:
         lines = [f"{self.size} subdomains of a {'x'.join(map(str, self.cells))} cell grid "
@@ -240,4 +267,4 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
     blocks.sort(key=lambda b: b[0])
     return Decomposition(tuple(lower), tuple(upper), tuple(periodic), cells,
                          tuple((tuple(lo), tuple(hi)) for _, _, lo, hi in blocks),
-                         float(cellSize), rank, group)
+                         float(cellSize), rank, group, subdivide, float(width))

@@ -29,8 +29,6 @@ particles, references = `particles` (owned rows first, then the halo).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..dataTypes.particleState import ParticleState
@@ -122,27 +120,20 @@ class Halo:
         periodic = torch.tensor(decomposition.periodic, dtype=torch.bool, device=device)
         xd = x.detach()
         wrapped = torch.where(periodic, xd - extent * torch.floor((xd - lower) / extent), xd)
-        lo = torch.empty((size, d), dtype=dtype, device=device)
-        hi = torch.empty((size, d), dtype=dtype, device=device)
-        for r in range(size):
-            (blo, bhi) = decomposition.blocks[r]
-            a, b = decomposition.bounds(r)
-            lo[r] = torch.tensor([-math.inf if (blo[k] == 0 and not decomposition.periodic[k])
-                                  else a[k] for k in range(d)], dtype=dtype)
-            hi[r] = torch.tensor([math.inf if (bhi[k] == decomposition.cells[k]
-                                               and not decomposition.periodic[k])
-                                  else b[k] for k in range(d)], dtype=dtype)
-        images = torch.stack([torch.zeros_like(extent), -extent, extent])  # [3, d]
-        images = torch.where(periodic[None], images, torch.zeros_like(images))
-        y = wrapped[:, None, None, :] + images[None, None]  # [N, 1, 3, d]
-        gap = (torch.relu(lo[None, :, None, :] - y)
-               + torch.relu(y - hi[None, :, None, :]))  # [N, P, 3, d]
-        best = gap.argmin(dim=2)  # [N, P, d] first minimum: shift 0 preferred
-        gapBest = gap.gather(2, best[:, :, None, :]).squeeze(2)  # [N, P, d]
+        lo, hi = decomposition.reachBounds(dtype, device)  # [P, d], +-inf at walled faces
+        # per axis the gap to each block for the images 0, -E, +E (equal on walled axes),
+        # the smallest of the three (0 first on ties) and its shift
+        xw = wrapped[:, None, :]  # [N, 1, d]
+        gap0 = torch.relu(lo - xw) + torch.relu(xw - hi)  # [N, P, d]
+        gapMinus = torch.relu(lo - (xw - extent)) + torch.relu(xw - extent - hi)
+        gapPlus = torch.relu(lo - (xw + extent)) + torch.relu(xw + extent - hi)
+        usePlus = periodic & (gapPlus < gapMinus) & (gapPlus < gap0)
+        useMinus = periodic & ~usePlus & (gapMinus < gap0)
+        gapBest = torch.where(usePlus, gapPlus, torch.where(useMinus, gapMinus, gap0))
         dist2 = (gapBest * gapBest).sum(dim=2)  # [N, P]
         send = dist2 <= reach * reach
         send[:, rank] = False
-        shift = images[best, torch.arange(d, device=device)]  # [N, P, d]
+        shift = (usePlus.to(dtype) - useMinus.to(dtype)) * extent  # [N, P, d]
         shift = shift + (wrapped - xd)[:, None, :]
 
         counts = send.sum(dim=0).to(torch.int64)

@@ -15,7 +15,7 @@ import torch
 
 from ._comm import Route, checkCodes, commDevice, consistencyCode, exchangeCounts, processGroup
 
-__all__ = ["migrate", "ownedSelection"]
+__all__ = ["migrate", "ownedSelection", "rebalance"]
 
 
 def migrate(decomposition, positions: torch.Tensor, *fields, ids: torch.Tensor | None = None):
@@ -64,6 +64,24 @@ def migrate(decomposition, positions: torch.Tensor, *fields, ids: torch.Tensor |
         order = torch.argsort(moved[-1])
         moved = tuple(None if t is None else t.index_select(0, order) for t in moved)
     return moved
+
+
+def rebalance(decomposition, positions: torch.Tensor, *fields,
+              ids: torch.Tensor | None = None, weights: torch.Tensor | None = None):
+    """Rebalance on request: a new bisection of the particles as they are now (the same
+    search cell, subdivision and minimum width; `weights` a cost per particle, default the
+    count), then `migrate` to it. Collective.
+
+    Returns:
+        ``(newDecomposition, positions, *fields[, ids])``.
+    """
+    from .decomposition import decompose
+
+    new = decompose(decomposition.domain(positions.dtype, positions.device), positions,
+                    weights=weights, cellSize=decomposition.cellSize,
+                    subdivide=decomposition.subdivide, minWidth=decomposition.minWidth,
+                    group=decomposition.group)
+    return (new,) + tuple(migrate(new, positions, *fields, ids=ids))
 
 
 def ownedSelection(decomposition, positions: torch.Tensor) -> torch.Tensor:
