@@ -188,7 +188,7 @@ def main(argv=None) -> int:
                 "(`warpSPHCore.distributed`, docs/distributed.md): one per halo build and one "
                 "per migration (the counts and the largest support, read back together), none "
                 "per exchange of values along a built halo; asserted by "
-                "`tests/distributed/test_distributed_errors.py`.\n\n")
+                "`tests/distributed/test_distributed_halo.py`.\n\n")
         out.write_text(head + text + "\n")
         print(f"wrote {out}")
     return 0

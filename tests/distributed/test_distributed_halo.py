@@ -1,9 +1,12 @@
-"""Bad set-ups of `warpSPHCore.distributed` raise clear errors, on every rank alike (no
-rank is left waiting in a collective): no process group, ranks that disagree on dtype, a
-halo wider than a subdomain. Also the host-sync census of a halo build, an exchange and a
-migration (one readback per build or migration, none per exchange) and the derivatives of
-the exchange itself (the adjoint identity over the ranks, reverse, forward and second
-order)."""
+"""The halo exchange of `warpSPHCore.distributed` on spawned gloo ranks.
+
+- Bad set-ups raise clear errors on every rank alike, so no rank is left waiting in a
+  collective: no process group, ranks that disagree on dtype, a halo wider than a subdomain.
+- The host-sync census: one readback per halo build or migration, none per exchange.
+- The derivatives of the exchange itself: the adjoint identity over the ranks, reverse,
+  forward and second order.
+- A rank with no particles, a replicated parameter, and a float32 halo.
+"""
 
 from __future__ import annotations
 
@@ -196,3 +199,37 @@ def test_empty_rank_and_replicated_parameter():
     for r in results:  # every rank: the whole gradient of the global loss
         assert abs(r["loss"] - float(loss.detach())) < 1e-12 * float(loss.detach())
         assert abs(r["grad"] - float(scale.grad)) < 1e-12 * abs(float(scale.grad))
+
+
+def _float32Density(rank, size):
+    from warpSPHCore import KernelFunctions, OperationProperties, WarpOperation
+    from warpSPHCore.operations import warpOperation
+
+    x, h, m = _lattice(14, dtype=torch.float32)
+    ids = torch.arange(x.shape[0])
+    dom = _domain(torch.float32)
+    dec = decompose(dom, x, h, replicated=True)
+    own = ownedSelection(dec, x)
+    owned = ParticleState(x[own], h[own], m[own], torch.zeros(int(own.sum()),
+                                                                 dtype=torch.int32))
+    halo = Halo.build(dec, owned, ids=ids[own])
+    props = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Density)
+    rho = warpOperation(owned, props, dom, referenceParticles=halo.particles(owned))
+    return dict(ids=ids[own], rho=rho, dtype=str(halo.particles(owned).positions.dtype),
+                halo=halo.haloCount)
+
+
+def test_float32_halo():
+    from warpSPHCore import KernelFunctions, OperationProperties, WarpOperation
+    from warpSPHCore.operations import warpOperation
+
+    results = spawn(_float32Density, 2)
+    x, h, m = _lattice(14, dtype=torch.float32)
+    props = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Density)
+    ref = warpOperation(ParticleState(x, h, m, torch.zeros(x.shape[0], dtype=torch.int32)),
+                        props, _domain(torch.float32))
+    out = torch.empty_like(ref)
+    for r in results:
+        assert r["dtype"] == "torch.float32" and r["halo"] > 0
+        out[r["ids"]] = r["rho"]
+    assert float((out - ref).abs().max() / ref.abs().max()) < 1e-6
