@@ -1,7 +1,14 @@
-"""Correction builders (`operators.md` §4): CRK factors, gradient renormalization matrices and
-the grad-h Omega helper. Every Warp launch runs through the autograd bridge, sync-free.
+"""Correction builders (`operators.md` §4): CRK factors, gradient renormalization matrices,
+the grad-h Omega helper, and the consistent second derivatives (issue 18:
+`computeLaplacianCorrection`, `consistentLaplacian`, `consistentHessian`). Every Warp launch runs through the autograd bridge, sync-free.
 """
 
+from .consistentLaplacian import (
+    LaplacianCorrectionState,
+    computeLaplacianCorrection,
+    consistentHessian,
+    consistentLaplacian,
+)
 from .crk import computeCRKFactors, computeCRKFactorsJVP
 from .gradH import computeOmega
 from .renormalization import (
@@ -13,6 +20,10 @@ from .renormalization import (
 )
 
 __all__ = [
+    "LaplacianCorrectionState",
+    "computeLaplacianCorrection",
+    "consistentLaplacian",
+    "consistentHessian",
     "computeCRKFactors",
     "computeCRKFactorsJVP",
     "computeOmega",

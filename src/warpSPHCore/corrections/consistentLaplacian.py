@@ -1,0 +1,280 @@
+"""A first-order-consistent SPH Laplacian and Hessian (issue 18): the correction builder
+`computeLaplacianCorrection` and the operators `consistentLaplacian`, `consistentHessian`.
+
+Scheme (the structure of Fatehi & Manzari 2011, Comput. Math. Appl. 61: 482-498: a
+renormalized first derivative inside a Brookshaw-type pair sum and a "modified
+renormalization tensor"; derived, with its exactness proof, in the float64 reference
+`tests/operations/consistent_laplacian_reference.py`). Per query i, with r = x_j - x_i,
+G_ij the kernel gradient and the symmetrised Brookshaw pair weight
+``w_ij = sym(x_ij (x) G_ij) / D^2``, ``D = r_ij + 1e-8 h_ij``:
+
+1. ``L_i = pinv(C_i)``, ``C_i = sum_j V_j r (x) G_ij`` (`computeRenormalizationMatrices`);
+   ``<grad f>_i = sum_j V_j (f_j - f_i) L_i G_ij`` (Gradient, Difference scheme, with L);
+2. moments (`_laplacianKernels`): ``M3[a,b,c] = sum V r_a r_b G_c``,
+   ``N3[c,p,q] = sum V r_c w_pq``, ``M4[a,b,p,q] = sum V r_a r_b w_pq``;
+   ``T = L . M3``, ``Q = M4 - T . N3``;
+3. ``S_i = sum_j V_j (f_j - f_i) w_ij - <grad f>_i . N3_i`` equals ``1/2 H : Q_i`` for every
+   quadratic f (Hessian H), a linear map voigt(H) -> voigt(S) with the K x K matrix
+   ``A_i[(pq),(ab)] = c_ab Q_i[a,b,p,q]`` (K = d(d+1)/2, c_ab = 1 off the diagonal, 1/2 on it);
+4. Hessian ``unvoigt(A_i^-1 voigt(S_i))``; Laplacian ``B_i : S_i`` with the modified
+   renormalization tensor B_i (symmetric) solving ``A_i^T b = voigt(I)``, i.e.
+   ``<lap f>_i = sum_j V_j (f_j - f_i) B_i : w_ij - beta_i . <grad f>_i``,
+   ``beta_i[c] = B_i : N3_i[c]``.
+
+The Laplacian is therefore two registry operator calls: a Brookshaw Laplacian whose
+renormalization slot holds ``-B_i / 2`` (its pair term ``-2 q_ij (L G) . x_ij / D^2`` becomes
+``q_ij B : w_ij``) and a renormalized Difference Gradient, dotted with beta. Both traversals,
+kinds and modes, volumes, periodicity, 1D/2D/3D, float32/float64 and the derivatives of those
+operators carry over. The Hessian takes K Brookshaw calls (one per Voigt component).
+
+Exactness: constant, linear and quadratic fields give the exact Laplacian and Hessian (to
+rounding) wherever C_i and A_i are regular. Rows whose elimination meets a pivot below
+``1e-10`` of the row scale (too few or degenerate neighbours: a free surface, a corner, an
+isolated particle) fall back to Brookshaw's Laplacian: ``B = -2 I``, ``beta = 0`` (the
+``fallback`` mask of the state says which rows; their Hessian is not exact).
+
+Derivatives: reverse mode through everything (the moments kernel's Warp adjoint, torch for
+the rest). Forward mode: value tangents with a fixed state (dual tensors or
+`warpOperationJVP` on the two calls); the builder has no forward-mode kernel yet, so a dual
+tensor reaching `computeLaplacianCorrection` raises NotImplementedError. No host sync: the
+solve is a hand-written batched Gauss-Jordan elimination (no `torch.linalg`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from ..autograd.operator_spec import launchOperator
+from ..enumTypes import GradientScheme, LaplacianScheme, WarpOperation
+from ..operations import warpOperation
+from ..preparation import _prepareCall
+from ..util.conversion import isFunctorchWrapped
+from ..util.lazyModule import LazyModule
+from .renormalization import computeRenormalizationMatrices
+
+_kernels = LazyModule(f"{__package__}._laplacianKernels")
+
+__all__ = ["LaplacianCorrectionState", "computeLaplacianCorrection", "consistentLaplacian",
+           "consistentHessian"]
+
+_WHERE = "computeLaplacianCorrection"
+#: a pivot below this fraction of its row's scale marks the row singular (fallback)
+PIVOT_TOLERANCE = 1e-10
+
+
+@dataclass
+class LaplacianCorrectionState:
+    """Per-query state of the consistent scheme (module docstring).
+
+    Attributes:
+        L: ``[N_q, d, d]`` renormalization matrices.
+        B: ``[N_q, d, d]`` modified renormalization tensor (symmetric).
+        beta: ``[N_q, d]``, ``B : N3[c]``.
+        Ainv: ``[N_q, K, K]`` inverse of the Voigt matrix A (the Hessian's solve).
+        N3: ``[N_q, d, d, d]`` moment ``sum V r_c w_pq``.
+        fallback: bool ``[N_q]``: rows that fell back to Brookshaw.
+    """
+
+    L: torch.Tensor
+    B: torch.Tensor
+    beta: torch.Tensor
+    Ainv: torch.Tensor
+    N3: torch.Tensor
+    fallback: torch.Tensor
+
+
+def voigtPairs(d: int):
+    """The Voigt index pairs (a <= b), row-major."""
+    return [(a, b) for a in range(d) for b in range(a, d)]
+
+
+def _gaussJordanInverse(A: torch.Tensor):
+    """Batched inverse of ``A [N, K, K]`` without pivoting (the matrices here are definite up
+    to the small T.N3 term) and without host sync: ``(inverse, singular [N])``. A row whose
+    pivot falls below `PIVOT_TOLERANCE` of its row scale is marked singular; its pivot is
+    replaced by 1 so no inf or NaN enters the arithmetic (or the adjoint)."""
+    N, K, _ = A.shape
+    scale = A.abs().amax(dim=(1, 2)).clamp(min=torch.finfo(A.dtype).tiny)
+    M = torch.cat([A, torch.eye(K, dtype=A.dtype, device=A.device).expand(N, K, K)], dim=2)
+    singular = torch.zeros(N, dtype=torch.bool, device=A.device)
+    for k in range(K):
+        pivot = M[:, k, k]
+        bad = pivot.abs() <= PIVOT_TOLERANCE * scale
+        singular = singular | bad
+        pivot = torch.where(bad, torch.ones_like(pivot), pivot)
+        row = M[:, k, :] / pivot[:, None]
+        factors = M[:, :, k].clone()
+        factors[:, k] = 0.0
+        M = M - factors[:, :, None] * row[:, None, :]
+        M = torch.cat([M[:, :k], row[:, None], M[:, k + 1:]], dim=1)
+    return M[:, :, K:], singular
+
+
+def computeLaplacianCorrection(queryParticles, operationProperties, domain, queryVolumes=None,
+                               referenceVolumes=None, adjacency=None, referenceParticles=None):
+    """The per-query state of the consistent Laplacian and Hessian (module docstring).
+
+    Args:
+        queryParticles: `ParticleState` (densities needed unless volumes are given).
+        operationProperties: `OperationProperties` (kernel, supportMode, operationMode;
+            the operation and schemes are ignored).
+        domain: `DomainDescription`.
+        queryVolumes: ``[N_q]`` or None.
+        referenceVolumes: ``[N_r]`` or None (V_j; default m_j / rho_j).
+        adjacency: `AdjacencyList`, `CompactHashMap` or None (a grid per call).
+        referenceParticles: `ParticleState` or None (the query set).
+
+    Returns:
+        `LaplacianCorrectionState`. Reverse-differentiable w.r.t. positions, supports,
+        masses, densities and volumes; no host synchronisation.
+
+    Raises:
+        NotImplementedError: dual (forward-mode) or torch.func-wrapped inputs.
+        ValueError, TypeError: as `warpOperation` for invalid inputs.
+    """
+    import torch.autograd.forward_ad as fwAD
+
+    for t in (queryParticles.positions, queryParticles.supports):
+        if isFunctorchWrapped(t) or fwAD.unpack_dual(t).tangent is not None:
+            raise NotImplementedError(
+                f"{_WHERE}: forward-mode (dual or torch.func) inputs are not supported; build "
+                "the state from primal tensors (value tangents of consistentLaplacian work "
+                "with a fixed state)")
+    props = dataclasses.replace(operationProperties, operation=WarpOperation.Density)
+    L = computeRenormalizationMatrices(
+        queryParticles, props, domain, queryVolumes=queryVolumes,
+        referenceVolumes=referenceVolumes, adjacency=adjacency,
+        referenceParticles=referenceParticles, returnEigVals=False).renormalizationMatrices
+    _, ctx, _, _ = _prepareCall(queryParticles, props, domain, queryVolumes=queryVolumes,
+                                referenceVolumes=referenceVolumes, adjacency=adjacency,
+                                referenceParticles=referenceParticles)
+    (moments,) = (launchOperator(_kernels.LAPLACIAN_MOMENTS_SPEC, ctx),)
+    d = int(domain.dim)
+    n = int(queryParticles.positions.shape[0])
+    d3 = d ** 3
+    moments = moments.reshape(n, 2 * d3 + d ** 4)
+    M3 = moments[:, :d3].reshape(n, d, d, d)
+    N3 = moments[:, d3:2 * d3].reshape(n, d, d, d)
+    M4 = moments[:, 2 * d3:].reshape(n, d, d, d, d)
+    T = torch.einsum("nck,nabk->nabc", L, M3)
+    Q = M4 - torch.einsum("nabc,ncpq->nabpq", T, N3)
+    idx = voigtPairs(d)
+    cols = [(0.5 if a == b else 1.0) * Q[:, a, b] for a, b in idx]  # each [n, d, d] (p, q)
+    A = torch.stack([torch.stack([c[:, p, q] for p, q in idx], dim=1) for c in cols], dim=2)
+    Ainv, singular = _gaussJordanInverse(A)
+    e = torch.tensor([1.0 if a == b else 0.0 for a, b in idx], dtype=A.dtype, device=A.device)
+    b = torch.einsum("nkl,k->nl", Ainv, e)  # A^T b = e  <=>  b = Ainv^T e
+    slot = {pq: k for k, pq in enumerate(idx)}
+    B = torch.stack([torch.stack([
+        b[:, slot[(p, q)]] if p == q else 0.5 * b[:, slot[(min(p, q), max(p, q))]]
+        for q in range(d)], dim=1) for p in range(d)], dim=1)
+    eye = torch.eye(d, dtype=A.dtype, device=A.device).expand(n, d, d)
+    B = torch.where(singular[:, None, None], -2.0 * eye, B)
+    beta = torch.einsum("npq,ncpq->nc", B, N3)
+    beta = torch.where(singular[:, None], torch.zeros_like(beta), beta)
+    return LaplacianCorrectionState(L, B, beta, Ainv, N3, singular)
+
+
+def _brookshaw(queryParticles, props, domain, renorm, **kw):
+    p = dataclasses.replace(props, operation=WarpOperation.Laplacian,
+                            laplacianMode=LaplacianScheme.Brookshaw,
+                            gradientMode=GradientScheme.Difference)
+    return warpOperation(queryParticles, p, domain, renormalizationState=renorm, **kw)
+
+
+def _gradient(queryParticles, props, domain, L, **kw):
+    p = dataclasses.replace(props, operation=WarpOperation.Gradient,
+                            gradientMode=GradientScheme.Difference)
+    return warpOperation(queryParticles, p, domain, renormalizationState=L, **kw)
+
+
+def consistentLaplacian(queryParticles, operationProperties, domain, correction,
+                        queryValues, referenceValues=None, queryVolumes=None,
+                        referenceVolumes=None, adjacency=None, referenceParticles=None):
+    """The first-order-consistent Laplacian ``[N_q, *S]`` of a field ``[N, *S]`` (module
+    docstring): a Brookshaw call with the renormalization slot ``-B / 2`` minus
+    ``beta . <grad f>`` (renormalized Difference Gradient). `correction` is the
+    `LaplacianCorrectionState` of `computeLaplacianCorrection` for the same particles,
+    volumes and kernel.
+
+    Args:
+        queryParticles: `ParticleState` of the queries (densities unless volumes are given).
+        operationProperties: `OperationProperties` (kernel, supportMode, operationMode; the
+            operation and schemes are set here).
+        domain: `DomainDescription`.
+        correction: the `LaplacianCorrectionState` of the same particles, volumes, kernel.
+        queryValues: the field ``[N_q, *S]``.
+        referenceValues: ``[N_r, *S]`` or None (the query values).
+        queryVolumes: ``[N_q]`` or None.
+        referenceVolumes: ``[N_r]`` or None (m_j / rho_j).
+        adjacency: `AdjacencyList`, `CompactHashMap` or None.
+        referenceParticles: `ParticleState` or None (the query set).
+
+    Returns:
+        ``[N_q, *S]``; differentiable in reverse mode (w.r.t. the values and, through the
+        state, the geometry) and in forward mode w.r.t. the values.
+    """
+    kw = dict(queryValues=queryValues, referenceValues=referenceValues,
+              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+              adjacency=adjacency, referenceParticles=referenceParticles)
+    lap = _brookshaw(queryParticles, operationProperties, domain, -0.5 * correction.B, **kw)
+    grad = _gradient(queryParticles, operationProperties, domain, correction.L, **kw)
+    n, d = correction.beta.shape
+    beta = correction.beta.reshape(n, *([1] * (grad.dim() - 2)), d)
+    return lap - (grad * beta).sum(dim=-1)
+
+
+def consistentHessian(queryParticles, operationProperties, domain, correction, queryValues,
+                      referenceValues=None, queryVolumes=None, referenceVolumes=None,
+                      adjacency=None, referenceParticles=None):
+    """The first-order-consistent Hessian ``[N_q, *S, d, d]`` (module docstring): K
+    Brookshaw calls give ``sum_j V_j (f_j - f_i) w_pq`` per Voigt pair, minus
+    ``<grad f> . N3``, then ``A^-1`` per query. Rows in ``correction.fallback`` are not
+    exact.
+
+    Args:
+        queryParticles: `ParticleState` of the queries (densities unless volumes are given).
+        operationProperties: `OperationProperties` (kernel, supportMode, operationMode; the
+            operation and schemes are set here).
+        domain: `DomainDescription`.
+        correction: the `LaplacianCorrectionState` of the same particles, volumes, kernel.
+        queryValues: the field ``[N_q, *S]``.
+        referenceValues: ``[N_r, *S]`` or None (the query values).
+        queryVolumes: ``[N_q]`` or None.
+        referenceVolumes: ``[N_r]`` or None (m_j / rho_j).
+        adjacency: `AdjacencyList`, `CompactHashMap` or None.
+        referenceParticles: `ParticleState` or None (the query set).
+
+    Returns:
+        ``[N_q, *S, d, d]`` (symmetric); differentiable as `consistentLaplacian`.
+    """
+    kw = dict(queryValues=queryValues, referenceValues=referenceValues,
+              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+              adjacency=adjacency, referenceParticles=referenceParticles)
+    L = correction.L
+    n, d = L.shape[0], L.shape[1]
+    grad = _gradient(queryParticles, operationProperties, domain, L, **kw)  # [n, *S, d]
+    lead = grad.dim() - 2
+    N3 = correction.N3.reshape(n, *([1] * lead), d, d, d)
+    idx = voigtPairs(d)
+    s = []
+    for p, q in idx:
+        E = torch.zeros((d, d), dtype=L.dtype, device=L.device)
+        E[p, q] = E[q, p] = 0.5 if p != q else 1.0
+        # Brookshaw with the slot -E/2 sums V_j (f_j - f_i) E : w_ij = ... w_pq
+        w = _brookshaw(queryParticles, operationProperties, domain,
+                       (-0.5 * E).expand(n, d, d).contiguous(), **kw)
+        corr = (grad * N3[..., p, q]).sum(dim=-1)
+        s.append(w - corr)
+    S = torch.stack(s, dim=-1)  # [n, *S, K]
+    Ainv = correction.Ainv.reshape(n, *([1] * lead), len(idx), len(idx))
+    h = (Ainv * S[..., None, :]).sum(dim=-1)  # [n, *S, K]
+    H = torch.zeros(h.shape[:-1] + (d, d), dtype=h.dtype, device=h.device)
+    for k, (a, b) in enumerate(idx):
+        H[..., a, b] = h[..., k]
+        if a != b:
+            H[..., b, a] = h[..., k]
+    return H
