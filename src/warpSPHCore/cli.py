@@ -356,7 +356,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="Warp devices, e.g. cpu cuda:0 (default: cpu)")
     c.add_argument("--operators", nargs="+", default=None,
                    help="all (default) or names: Density Interpolate Gradient Divergence "
-                        "Curl Laplacian Covariance CRK Renormalization GradH Search")
+                        "Curl Laplacian Covariance CRK Renormalization GradH ConsistentLaplacian "
+                        "Search")
     c.add_argument("--workers", type=int, default=None,
                    help="parallel compile threads (default: Warp's, at most 4)")
     c.add_argument("--dim", nargs="+", type=int, default=[1, 2, 3], choices=[1, 2, 3],

@@ -42,6 +42,7 @@ OPERATOR_MODULES = {
     "CRK": ("corrections._crkKernels",),
     "Renormalization": ("corrections._renormKernels", "operators.covariance"),
     "GradH": ("corrections.gradH",),
+    "ConsistentLaplacian": ("corrections._laplacianKernels",),
     "Search": ("neighborhood._kernels",),
 }
 
