@@ -256,3 +256,38 @@ def test_kinds_mode_and_empty_population():
                               queryVolumes=V[:0], referenceVolumes=V,
                               referenceParticles=mixed)
     assert out.shape == (0,)
+
+
+@pytest.mark.parametrize("d,periodic", [(2, True), (2, False), (3, True)])
+def test_geometry_jvp_against_finite_differences_and_reverse_mode(d, periodic):
+    from warpSPHCore.corrections import computeLaplacianCorrectionJVP, consistentLaplacianJVP
+    from warpSPHCore.dataTypes.particleState import ParticleTangentState
+
+    x, H, V, dom, q = _setup(d, periodic, n={2: 8, 3: 5}[d])  # (a 5^3 free box has
+    N = x.shape[0]                                              # near-singular corners)
+    g = torch.Generator().manual_seed(2)
+    f = torch.rand(N, dtype=torch.float64, generator=g)
+    tf = torch.rand(N, dtype=torch.float64, generator=g)
+    tx = torch.rand(N, d, dtype=torch.float64, generator=g) - 0.5
+    th = 0.1 * H * (torch.rand(N, dtype=torch.float64, generator=g) - 0.5)
+
+    def lapOf(xx, hh, ff):
+        qq = ParticleState(xx, hh, V.clone(), q.kinds)
+        state = computeLaplacianCorrection(qq, PROPS, dom, queryVolumes=V)
+        return consistentLaplacian(qq, PROPS, dom, state, ff, queryVolumes=V)
+
+    tangent = ParticleTangentState(positions=tx, supports=th)
+    state, dstate = computeLaplacianCorrectionJVP(q, PROPS, dom, tangent, queryVolumes=V)
+    jvp = consistentLaplacianJVP(q, PROPS, dom, state, dstate, f, tangentQueryValues=tf,
+                                 queryTangentState=tangent, queryVolumes=V)
+    eps = 1e-6
+    fd = (lapOf(x + eps * tx, H + eps * th, f + eps * tf)
+          - lapOf(x - eps * tx, H - eps * th, f - eps * tf)) / (2 * eps)
+    assert float((jvp - fd).abs().max()) <= 1e-7 * float(fd.abs().max())
+    # <w, J t> = <J^T w, t> against reverse mode
+    xr, hr, fr = (t.clone().requires_grad_(True) for t in (x, H, f))
+    w = torch.rand(N, dtype=torch.float64, generator=g)
+    gx, gh, gf = torch.autograd.grad((lapOf(xr, hr, fr) * w).sum(), (xr, hr, fr))
+    lhs = float((w * jvp).sum())
+    rhs = float((gx * tx).sum() + (gh * th).sum() + (gf * tf).sum())
+    assert abs(lhs - rhs) <= 1e-10 * abs(rhs)

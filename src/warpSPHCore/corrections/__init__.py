@@ -5,9 +5,12 @@ the grad-h Omega helper, and the consistent second derivatives (issue 18:
 
 from .consistentLaplacian import (
     LaplacianCorrectionState,
+    LaplacianCorrectionTangentState,
     computeLaplacianCorrection,
+    computeLaplacianCorrectionJVP,
     consistentHessian,
     consistentLaplacian,
+    consistentLaplacianJVP,
 )
 from .crk import computeCRKFactors, computeCRKFactorsJVP
 from .gradH import computeOmega
@@ -21,8 +24,11 @@ from .renormalization import (
 
 __all__ = [
     "LaplacianCorrectionState",
+    "LaplacianCorrectionTangentState",
     "computeLaplacianCorrection",
+    "computeLaplacianCorrectionJVP",
     "consistentLaplacian",
+    "consistentLaplacianJVP",
     "consistentHessian",
     "computeCRKFactors",
     "computeCRKFactorsJVP",

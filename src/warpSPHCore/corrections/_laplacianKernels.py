@@ -15,7 +15,9 @@ scheme, and the pair weight of the Brookshaw scheme, symmetrised,
 so that a Brookshaw call with the renormalization slot set to -B/2 sums exactly
 ``sum_j V_j (f_j - f_i) B : w_ij``. V_j is the reference volume (or m_j / rho_j), masked
 references are skipped, masked queries get zeros. Reverse mode comes from Warp's adjoint
-through the bridge; no forward-mode kernel (see the builder).
+through the bridge. Forward mode: `laplacianMomentsJVPKernel`, the product rule on every
+factor (dV_j, dx_ij, dG_ij, and dD = x.dx / r + 1e-8 dh_ij); a pair with r = 0 contributes 0
+with tangent 0 (every moment is at least quadratic in x_ij there, and G(0) = 0).
 """
 
 from __future__ import annotations
@@ -27,14 +29,20 @@ import warp as wp
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import OperatorSpec, OutputSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import computePairwiseSupport, sphKernelGradient_ij
+from ..kernels.support import (
+    computePairwiseSupport,
+    computePairwiseSupportJVP,
+    sphKernelGradient_ij,
+)
 from ..neighborhood.traversal import gridQueryCell
 from ..operators._coefficients import LAPLACIAN_REG_N as _REG_N
-from ..operators._coefficients import apparentVolume_j
+from ..operators._coefficients import apparentVolume_j, apparentVolumeJVP_j
+from ..operators._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..util.precision import warpScalar
 
-__all__ = ["laplacianMomentComponents", "laplacianMomentsKernel", "LAPLACIAN_MOMENTS_SPEC"]
+__all__ = ["laplacianMomentComponents", "laplacianMomentsKernel", "laplacianMomentsJVPKernel",
+           "LAPLACIAN_MOMENTS_SPEC"]
 
 
 def laplacianMomentComponents(d: int) -> int:
@@ -118,6 +126,106 @@ def laplacianMomentsKernel(queryState: Any, referenceState: Any, domainState: An
 
 
 declareStateOverloads(laplacianMomentsKernel, {"moments": "scalar"})
+
+
+# --- forward mode ---------------------------------------------------------------------
+
+
+@wp.func
+def _weightJVP(p: wp.int32, q: wp.int32, x_ij: Any, G: Any, D2: Any, dx: Any, dG: Any,
+               dD_over_D: Any):
+    """Tangent of `_weight`: the product rule, with d(1 / D^2) = -2 dD / D^3."""
+    w = _weight(p, q, x_ij, G, D2)
+    num = dx[p] * G[q] + x_ij[p] * dG[q] + dx[q] * G[p] + x_ij[q] * dG[p]
+    return num / (type(D2)(2.0) * D2) - type(D2)(2.0) * w * dD_over_D
+
+
+# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+@wp.func(inline=False)
+def laplacianMomentJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                               r: Any, dom: Any, corr: Any, ks: Any, t: Any):
+    """Tangent of `laplacianMomentPairTerm` (tangent pack `t`); 0 for a masked reference or
+    r = 0."""
+    res = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        d = dom.dim
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        r_ij = wp.length(x_ij)
+        if r_ij > type(r_ij)(0.0):
+            h_i = q.supports[i]
+            h_j = r.supports[j]
+            dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+            G = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, d)
+            dG = kernelGradientJVP_ij(x_ij, h_i, h_j, dx, dh_i, dh_j, ks, dom, t)
+            h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
+            dh_ij = computePairwiseSupportJVP(h_i, h_j, dh_i, dh_j, ks.supportMode)
+            D = r_ij + type(h_ij)(_REG_N) * h_ij
+            D2 = D * D
+            dD_over_D = (wp.dot(x_ij, dx) / r_ij + type(h_ij)(_REG_N) * dh_ij) / D
+            d3 = d * d * d
+            val = type(res)(0.0)
+            dval = type(res)(0.0)
+            if k < d3:
+                a = k / (d * d)
+                b = (k / d) - a * d
+                c = k - (k / d) * d
+                val = x_ij[a] * x_ij[b] * G[c]
+                dval = (dx[a] * x_ij[b] * G[c] + x_ij[a] * dx[b] * G[c]
+                        + x_ij[a] * x_ij[b] * dG[c])
+            elif k < 2 * d3:
+                kk = k - d3
+                c = kk / (d * d)
+                p = (kk / d) - c * d
+                qq = kk - (kk / d) * d
+                w = _weight(p, qq, x_ij, G, D2)
+                val = -x_ij[c] * w
+                dval = -dx[c] * w - x_ij[c] * _weightJVP(p, qq, x_ij, G, D2, dx, dG, dD_over_D)
+            else:
+                kk = k - 2 * d3
+                a = kk / d3
+                rem = kk - a * d3
+                b = rem / (d * d)
+                rem2 = rem - b * d * d
+                p = rem2 / d
+                qq = rem2 - p * d
+                w = _weight(p, qq, x_ij, G, D2)
+                val = x_ij[a] * x_ij[b] * w
+                dval = ((dx[a] * x_ij[b] + x_ij[a] * dx[b]) * w
+                        + x_ij[a] * x_ij[b] * _weightJVP(p, qq, x_ij, G, D2, dx, dG, dD_over_D))
+            res = apparentVolumeJVP_j(r, corr, t, j) * val + apparentVolume_j(r, corr, j) * dval
+    return res
+
+
+laplacianMomentJVPCsrSum, laplacianMomentJVPGridSum = makeNeighborSum(
+    laplacianMomentJVPPairTerm, "laplacianMomentsJVP", replayZero=True, tangent=True)
+
+
+@wp.kernel
+def laplacianMomentsJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                              useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                              correctionData: Any, kernelProperties: Any, tangents: Any,
+                              out: wp.array(dtype=Any)):
+    """out[i K + c] = the tangent of moment component c of query i; 0 for a masked query."""
+    tid = wp.tid()
+    d = domainState.dim
+    K = 2 * d * d * d + d * d * d * d
+    i = tid / K
+    c = tid - i * K
+    ks = kernelProperties
+    val = type(ks.normalizationCoefficient)(0.0)
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        if useAdjacency:
+            val = laplacianMomentJVPCsrSum(adjacencyState, i, c, K, queryState, referenceState,
+                                           domainState, correctionData, ks, tangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = laplacianMomentJVPGridSum(gridState, cell, i, c, K, queryState,
+                                            referenceState, domainState, correctionData, ks,
+                                            tangents)
+    out[tid] = val
+
+
+declareStateOverloads(laplacianMomentsJVPKernel, {"out": "scalar"}, tangent=True)
 
 
 def _callScalar(ctx, extras):

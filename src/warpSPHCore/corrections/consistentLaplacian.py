@@ -34,10 +34,13 @@ isolated particle) fall back to Brookshaw's Laplacian: ``B = -2 I``, ``beta = 0`
 ``fallback`` mask of the state says which rows; their Hessian is not exact).
 
 Derivatives: reverse mode through everything (the moments kernel's Warp adjoint, torch for
-the rest). Forward mode: value tangents with a fixed state (dual tensors or
-`warpOperationJVP` on the two calls); the builder has no forward-mode kernel yet, so a dual
-tensor reaching `computeLaplacianCorrection` raises NotImplementedError. No host sync: the
-solve is a hand-written batched Gauss-Jordan elimination (no `torch.linalg`).
+the rest). Forward mode: value tangents with a fixed state through dual tensors; geometry
+(and value) tangents through the explicit route `computeLaplacianCorrectionJVP` (the
+moments' Tier-2 kernel and the exact derivatives of the solve) and `consistentLaplacianJVP`
+(`warpOperationJVP` on the two calls with renormalization-slot tangents). A dual tensor
+reaching `computeLaplacianCorrection` raises NotImplementedError naming the explicit route.
+No host sync: the solve is a hand-written batched Gauss-Jordan elimination (no
+`torch.linalg`).
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ from .renormalization import computeRenormalizationMatrices
 
 _kernels = LazyModule(f"{__package__}._laplacianKernels")
 
-__all__ = ["LaplacianCorrectionState", "computeLaplacianCorrection", "consistentLaplacian",
-           "consistentHessian"]
+__all__ = ["LaplacianCorrectionState", "LaplacianCorrectionTangentState",
+           "computeLaplacianCorrection", "computeLaplacianCorrectionJVP", "consistentLaplacian",
+           "consistentLaplacianJVP", "consistentHessian"]
 
 _WHERE = "computeLaplacianCorrection"
 #: a pivot below this fraction of its row's scale marks the row singular (fallback)
@@ -140,42 +144,160 @@ def computeLaplacianCorrection(queryParticles, operationProperties, domain, quer
     for t in (queryParticles.positions, queryParticles.supports):
         if isFunctorchWrapped(t) or fwAD.unpack_dual(t).tangent is not None:
             raise NotImplementedError(
-                f"{_WHERE}: forward-mode (dual or torch.func) inputs are not supported; build "
-                "the state from primal tensors (value tangents of consistentLaplacian work "
-                "with a fixed state)")
+                f"{_WHERE}: forward-mode (dual or torch.func) inputs are not supported; use "
+                "computeLaplacianCorrectionJVP and consistentLaplacianJVP for geometry "
+                "tangents (value tangents of consistentLaplacian work with a fixed state)")
     props = dataclasses.replace(operationProperties, operation=WarpOperation.Density)
     L = computeRenormalizationMatrices(
         queryParticles, props, domain, queryVolumes=queryVolumes,
         referenceVolumes=referenceVolumes, adjacency=adjacency,
         referenceParticles=referenceParticles, returnEigVals=False).renormalizationMatrices
+    _, M3, N3, M4 = _moments(queryParticles, props, domain, queryVolumes, referenceVolumes,
+                             adjacency, referenceParticles)
+    return _state(L, M3, N3, M4)[0]
+
+
+def _moments(queryParticles, props, domain, queryVolumes, referenceVolumes, adjacency,
+             referenceParticles):
+    """The primal context and the moments M3, N3 ``[n, d, d, d]``, M4 ``[n, d, d, d, d]``."""
     _, ctx, _, _ = _prepareCall(queryParticles, props, domain, queryVolumes=queryVolumes,
                                 referenceVolumes=referenceVolumes, adjacency=adjacency,
                                 referenceParticles=referenceParticles)
-    (moments,) = (launchOperator(_kernels.LAPLACIAN_MOMENTS_SPEC, ctx),)
-    d = int(domain.dim)
-    n = int(queryParticles.positions.shape[0])
+    moments = launchOperator(_kernels.LAPLACIAN_MOMENTS_SPEC, ctx)
+    return (ctx,) + _splitMoments(moments, int(domain.dim),
+                                  int(queryParticles.positions.shape[0]))
+
+
+def _splitMoments(flat, d, n):
     d3 = d ** 3
-    moments = moments.reshape(n, 2 * d3 + d ** 4)
-    M3 = moments[:, :d3].reshape(n, d, d, d)
-    N3 = moments[:, d3:2 * d3].reshape(n, d, d, d)
-    M4 = moments[:, 2 * d3:].reshape(n, d, d, d, d)
+    flat = flat.reshape(n, 2 * d3 + d ** 4)
+    return (flat[:, :d3].reshape(n, d, d, d), flat[:, d3:2 * d3].reshape(n, d, d, d),
+            flat[:, 2 * d3:].reshape(n, d, d, d, d))
+
+
+def _voigtMatrix(Q, idx):
+    """``A[(pq),(ab)] = c_ab Q[a,b,p,q]`` ``[n, K, K]`` (linear in Q)."""
+    cols = [(0.5 if a == b else 1.0) * Q[:, a, b] for a, b in idx]  # each [n, d, d] (p, q)
+    return torch.stack([torch.stack([c[:, p, q] for p, q in idx], dim=1) for c in cols], dim=2)
+
+
+def _unvoigt(b, d, idx):
+    """The symmetric B ``[n, d, d]`` of the Voigt vector b (off-diagonal entries halved)."""
+    slot = {pq: k for k, pq in enumerate(idx)}
+    return torch.stack([torch.stack([
+        b[:, slot[(p, q)]] if p == q else 0.5 * b[:, slot[(min(p, q), max(p, q))]]
+        for q in range(d)], dim=1) for p in range(d)], dim=1)
+
+
+def _state(L, M3, N3, M4):
+    """Steps 2-4 of the module docstring (torch, sync-free): the state and the
+    intermediates ``(T, Ainv, e, idx)`` its forward mode reuses."""
+    n, d = L.shape[0], L.shape[1]
     T = torch.einsum("nck,nabk->nabc", L, M3)
     Q = M4 - torch.einsum("nabc,ncpq->nabpq", T, N3)
     idx = voigtPairs(d)
-    cols = [(0.5 if a == b else 1.0) * Q[:, a, b] for a, b in idx]  # each [n, d, d] (p, q)
-    A = torch.stack([torch.stack([c[:, p, q] for p, q in idx], dim=1) for c in cols], dim=2)
+    A = _voigtMatrix(Q, idx)
     Ainv, singular = _gaussJordanInverse(A)
     e = torch.tensor([1.0 if a == b else 0.0 for a, b in idx], dtype=A.dtype, device=A.device)
     b = torch.einsum("nkl,k->nl", Ainv, e)  # A^T b = e  <=>  b = Ainv^T e
-    slot = {pq: k for k, pq in enumerate(idx)}
-    B = torch.stack([torch.stack([
-        b[:, slot[(p, q)]] if p == q else 0.5 * b[:, slot[(min(p, q), max(p, q))]]
-        for q in range(d)], dim=1) for p in range(d)], dim=1)
+    B = _unvoigt(b, d, idx)
     eye = torch.eye(d, dtype=A.dtype, device=A.device).expand(n, d, d)
     B = torch.where(singular[:, None, None], -2.0 * eye, B)
     beta = torch.einsum("npq,ncpq->nc", B, N3)
     beta = torch.where(singular[:, None], torch.zeros_like(beta), beta)
-    return LaplacianCorrectionState(L, B, beta, Ainv, N3, singular)
+    return LaplacianCorrectionState(L, B, beta, Ainv, N3, singular), (T, e, idx)
+
+
+@dataclass
+class LaplacianCorrectionTangentState:
+    """Tangents of a `LaplacianCorrectionState` (`computeLaplacianCorrectionJVP`): ``L``,
+    ``B``, ``beta``, ``Ainv``, ``N3`` (fallback rows: zero ``B`` and ``beta`` tangents)."""
+
+    L: torch.Tensor
+    B: torch.Tensor
+    beta: torch.Tensor
+    Ainv: torch.Tensor
+    N3: torch.Tensor
+
+
+def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
+                                  queryTangentState=None, queryVolumes=None,
+                                  referenceVolumes=None, tangentReferenceVolumes=None,
+                                  adjacency=None, referenceParticles=None,
+                                  referenceTangentState=None):
+    """Forward mode of `computeLaplacianCorrection`: the state and its tangent along the
+    particle tangents.
+
+    ``dL`` from `computeRenormalizationMatricesJVP`; the moment tangents from
+    `_laplacianKernels.laplacianMomentsJVPKernel`; then the exact derivatives of the torch
+    steps: ``dT = dL M3 + L dM3``, ``dQ = dM4 - dT N3 - T dN3``, ``dA^-1 = -A^-1 dA A^-1``,
+    ``dB`` from ``db = dA^-T e``, ``dbeta = dB : N3 + B : dN3``; fallback rows get zero
+    ``dB`` and ``dbeta``.
+
+    Args:
+        queryParticles: as for `computeLaplacianCorrection`.
+        operationProperties: as for `computeLaplacianCorrection`.
+        domain: as for `computeLaplacianCorrection`.
+        queryTangentState: `ParticleTangentState` of the queries (positions, supports) or None.
+        queryVolumes: as for `computeLaplacianCorrection`.
+        referenceVolumes: as for `computeLaplacianCorrection`.
+        tangentReferenceVolumes: ``[N_r]`` tangent of `referenceVolumes` or None.
+        adjacency: as for `computeLaplacianCorrection`.
+        referenceParticles: as for `computeLaplacianCorrection`.
+        referenceTangentState: `ParticleTangentState` of the references (positions,
+            supports, masses, densities); None: the query tangent for a self-interaction
+            call, else zero.
+
+    Returns:
+        ``(LaplacianCorrectionState, LaplacianCorrectionTangentState)``; reverse
+        differentiable; no host synchronisation.
+    """
+    from ..autograd.jvpCommon import GeometryTangents, launchGeometryJVP
+    from ..util.precision import warpScalar
+    from .renormalization import computeRenormalizationMatricesJVP
+
+    props = dataclasses.replace(operationProperties, operation=WarpOperation.Density)
+    selfCall = referenceParticles is None or referenceParticles is queryParticles
+    if referenceTangentState is None and selfCall:
+        referenceTangentState = queryTangentState
+    Lstate, dLstate = computeRenormalizationMatricesJVP(
+        queryParticles, props, domain, queryTangentState, queryVolumes=queryVolumes,
+        referenceVolumes=referenceVolumes, tangentReferenceVolumes=tangentReferenceVolumes,
+        adjacency=adjacency, referenceParticles=referenceParticles,
+        referenceTangentState=referenceTangentState, returnEigVals=False)
+    L = Lstate.renormalizationMatrices
+    dL = dLstate.renormalizationMatrices if hasattr(dLstate, "renormalizationMatrices") \
+        else dLstate
+    ctx, M3, N3, M4 = _moments(queryParticles, props, domain, queryVolumes, referenceVolumes,
+                               adjacency, referenceParticles)
+    state, (T, e, idx) = _state(L, M3, N3, M4)
+    n, d = L.shape[0], L.shape[1]
+    qt = queryTangentState
+    rt = referenceTangentState
+
+    def field(ts, name):
+        return None if ts is None else getattr(ts, name, None)
+
+    K = _kernels.laplacianMomentComponents(d)
+    dflat = launchGeometryJVP(
+        _kernels.laplacianMomentsJVPKernel, ctx,
+        GeometryTangents(qPositions=field(qt, "positions"), qSupports=field(qt, "supports"),
+                         rPositions=field(rt, "positions"), rSupports=field(rt, "supports"),
+                         rMasses=field(rt, "masses"), rDensities=field(rt, "densities"),
+                         rVolumes=tangentReferenceVolumes),
+        (n * K,), warpScalar(L.dtype), numThreads=n * K)
+    dM3, dN3, dM4 = _splitMoments(dflat, d, n)
+    dT = torch.einsum("nck,nabk->nabc", dL, M3) + torch.einsum("nck,nabk->nabc", L, dM3)
+    dQ = dM4 - torch.einsum("nabc,ncpq->nabpq", dT, N3) \
+        - torch.einsum("nabc,ncpq->nabpq", T, dN3)
+    dA = _voigtMatrix(dQ, idx)
+    dAinv = -state.Ainv @ dA @ state.Ainv
+    db = torch.einsum("nkl,k->nl", dAinv, e)
+    dB = _unvoigt(db, d, idx)
+    dB = torch.where(state.fallback[:, None, None], torch.zeros_like(dB), dB)
+    dbeta = torch.einsum("npq,ncpq->nc", dB, N3) + torch.einsum("npq,ncpq->nc", state.B, dN3)
+    dbeta = torch.where(state.fallback[:, None], torch.zeros_like(dbeta), dbeta)
+    return state, LaplacianCorrectionTangentState(dL, dB, dbeta, dAinv, dN3)
 
 
 def _brookshaw(queryParticles, props, domain, renorm, **kw):
@@ -225,6 +347,68 @@ def consistentLaplacian(queryParticles, operationProperties, domain, correction,
     n, d = correction.beta.shape
     beta = correction.beta.reshape(n, *([1] * (grad.dim() - 2)), d)
     return lap - (grad * beta).sum(dim=-1)
+
+
+def consistentLaplacianJVP(queryParticles, operationProperties, domain, correction,
+                           correctionTangent, queryValues, tangentQueryValues=None,
+                           queryTangentState=None, referenceTangentState=None,
+                           referenceValues=None, tangentReferenceValues=None,
+                           queryVolumes=None, referenceVolumes=None,
+                           tangentReferenceVolumes=None, adjacency=None,
+                           referenceParticles=None):
+    """Forward mode of `consistentLaplacian`: the tangent ``[N_q, *S]`` along value and
+    particle tangents, with the state's tangent from `computeLaplacianCorrectionJVP`
+    (`warpOperationJVP` on the Brookshaw call with the renormalization tangent ``-dB / 2``
+    and on the Gradient with ``dL``, then the product rule on ``beta . <grad f>``).
+
+    Args:
+        queryParticles: as for `consistentLaplacian`.
+        operationProperties: as for `consistentLaplacian`.
+        domain: as for `consistentLaplacian`.
+        correction: the `LaplacianCorrectionState`.
+        correctionTangent: its `LaplacianCorrectionTangentState`.
+        queryValues: the field ``[N_q, *S]``.
+        tangentQueryValues: its tangent or None.
+        queryTangentState: `ParticleTangentState` of the queries or None.
+        referenceTangentState: `ParticleTangentState` of the references or None.
+        referenceValues: as for `consistentLaplacian`.
+        tangentReferenceValues: tangent of distinct reference values or None.
+        queryVolumes: as for `consistentLaplacian`.
+        referenceVolumes: as for `consistentLaplacian`.
+        tangentReferenceVolumes: ``[N_r]`` or None.
+        adjacency: as for `consistentLaplacian`.
+        referenceParticles: as for `consistentLaplacian`.
+
+    Returns:
+        ``[N_q, *S]``, reverse-differentiable.
+    """
+    from ..operationsJVP import warpOperationJVP
+
+    kw = dict(tangentQueryValues=tangentQueryValues,
+              tangentReferenceValues=tangentReferenceValues,
+              queryTangentState=queryTangentState, referenceTangentState=referenceTangentState,
+              queryValues=queryValues, referenceValues=referenceValues,
+              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+              tangentReferenceVolumes=tangentReferenceVolumes, adjacency=adjacency,
+              referenceParticles=referenceParticles)
+    brook = dataclasses.replace(operationProperties, operation=WarpOperation.Laplacian,
+                                laplacianMode=LaplacianScheme.Brookshaw,
+                                gradientMode=GradientScheme.Difference)
+    grad = dataclasses.replace(operationProperties, operation=WarpOperation.Gradient,
+                               gradientMode=GradientScheme.Difference)
+    dLap = warpOperationJVP(queryParticles, brook, domain, renormalizationState=-0.5 * correction.B,
+                            renormalizationTangentState=-0.5 * correctionTangent.B, **kw)
+    dGrad = warpOperationJVP(queryParticles, grad, domain, renormalizationState=correction.L,
+                             renormalizationTangentState=correctionTangent.L, **kw)
+    g = _gradient(queryParticles, operationProperties, domain, correction.L,
+                  queryValues=queryValues, referenceValues=referenceValues,
+                  queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+                  adjacency=adjacency, referenceParticles=referenceParticles)
+    n, d = correction.beta.shape
+    lead = [1] * (g.dim() - 2)
+    beta = correction.beta.reshape(n, *lead, d)
+    dbeta = correctionTangent.beta.reshape(n, *lead, d)
+    return dLap - (dGrad * beta).sum(dim=-1) - (g * dbeta).sum(dim=-1)
 
 
 def consistentHessian(queryParticles, operationProperties, domain, correction, queryValues,
