@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_density.py
 	$(PY) benchmarks/bench_gradient.py
+	$(PY) benchmarks/bench_laplacian.py
 	$(PY) benchmarks/bench_jvp.py
 	$(PY) benchmarks/bench_fluids.py
 	$(PY) benchmarks/bench_distributed.py

@@ -28,10 +28,16 @@ kinds and modes, volumes, periodicity, 1D/2D/3D, float32/float64 and the derivat
 operators carry over. The Hessian takes K Brookshaw calls (one per Voigt component).
 
 Exactness: constant, linear and quadratic fields give the exact Laplacian and Hessian (to
-rounding) wherever C_i and A_i are regular. Rows whose elimination meets a pivot below
-``1e-10`` of the row scale (too few or degenerate neighbours: a free surface, a corner, an
-isolated particle) fall back to Brookshaw's Laplacian: ``B = -2 I``, ``beta = 0`` (the
-``fallback`` mask of the state says which rows; their Hessian is not exact).
+rounding) wherever C_i and A_i are regular. Two kinds of rows fall back to Brookshaw's
+Laplacian (``B = -2 I``, ``beta = 0``; the state's ``fallback`` mask; their Hessian is not
+exact): rows whose elimination meets a pivot below ``1e-10`` of the row scale (too few or
+degenerate neighbours, an isolated particle), and ill-conditioned rows whose B has an entry
+above ``bLimit`` (default 16; Brookshaw's is 2). The second are the rows within about two
+spacings of a free (non-periodic, ghost-free) wall: their B reaches 1e3-1e5, the exactness
+there amplifies the O(h) truncation error by as much, and the operator gains eigenvalues with
+a large positive real part (a heat solve blows up). Interior rows have |B| < 4, so the
+limit separates the two populations with a wide margin (4 to 64 pick the same rows on the
+tested lattices).
 
 Derivatives: reverse mode through everything (the moments kernel's Warp adjoint, torch for
 the rest). Forward mode: value tangents with a fixed state through dual tensors; geometry
@@ -67,6 +73,9 @@ __all__ = ["LaplacianCorrectionState", "LaplacianCorrectionTangentState",
 _WHERE = "computeLaplacianCorrection"
 #: a pivot below this fraction of its row's scale marks the row singular (fallback)
 PIVOT_TOLERANCE = 1e-10
+#: a row whose modified renormalization tensor has an entry above this (Brookshaw's is 2 on
+#: the diagonal) is ill-conditioned (a free wall, a corner) and falls back
+B_LIMIT = 16.0
 
 
 @dataclass
@@ -118,7 +127,8 @@ def _gaussJordanInverse(A: torch.Tensor):
 
 
 def computeLaplacianCorrection(queryParticles, operationProperties, domain, queryVolumes=None,
-                               referenceVolumes=None, adjacency=None, referenceParticles=None):
+                               referenceVolumes=None, adjacency=None, referenceParticles=None,
+                               *, bLimit: float = B_LIMIT):
     """The per-query state of the consistent Laplacian and Hessian (module docstring).
 
     Args:
@@ -130,6 +140,8 @@ def computeLaplacianCorrection(queryParticles, operationProperties, domain, quer
         referenceVolumes: ``[N_r]`` or None (V_j; default m_j / rho_j).
         adjacency: `AdjacencyList`, `CompactHashMap` or None (a grid per call).
         referenceParticles: `ParticleState` or None (the query set).
+        bLimit: rows whose modified renormalization tensor has an entry above this fall back
+            to Brookshaw (`B_LIMIT`; Brookshaw's own B is -2 I).
 
     Returns:
         `LaplacianCorrectionState`. Reverse-differentiable w.r.t. positions, supports,
@@ -154,7 +166,7 @@ def computeLaplacianCorrection(queryParticles, operationProperties, domain, quer
         referenceParticles=referenceParticles, returnEigVals=False).renormalizationMatrices
     _, M3, N3, M4 = _moments(queryParticles, props, domain, queryVolumes, referenceVolumes,
                              adjacency, referenceParticles)
-    return _state(L, M3, N3, M4)[0]
+    return _state(L, M3, N3, M4, bLimit)[0]
 
 
 def _moments(queryParticles, props, domain, queryVolumes, referenceVolumes, adjacency,
@@ -189,7 +201,7 @@ def _unvoigt(b, d, idx):
         for q in range(d)], dim=1) for p in range(d)], dim=1)
 
 
-def _state(L, M3, N3, M4):
+def _state(L, M3, N3, M4, bLimit=B_LIMIT):
     """Steps 2-4 of the module docstring (torch, sync-free): the state and the
     intermediates ``(T, Ainv, e, idx)`` its forward mode reuses."""
     n, d = L.shape[0], L.shape[1]
@@ -201,6 +213,7 @@ def _state(L, M3, N3, M4):
     e = torch.tensor([1.0 if a == b else 0.0 for a, b in idx], dtype=A.dtype, device=A.device)
     b = torch.einsum("nkl,k->nl", Ainv, e)  # A^T b = e  <=>  b = Ainv^T e
     B = _unvoigt(b, d, idx)
+    singular = singular | (B.detach().abs().amax(dim=(1, 2)) > bLimit)
     eye = torch.eye(d, dtype=A.dtype, device=A.device).expand(n, d, d)
     B = torch.where(singular[:, None, None], -2.0 * eye, B)
     beta = torch.einsum("npq,ncpq->nc", B, N3)
@@ -224,7 +237,7 @@ def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
                                   queryTangentState=None, queryVolumes=None,
                                   referenceVolumes=None, tangentReferenceVolumes=None,
                                   adjacency=None, referenceParticles=None,
-                                  referenceTangentState=None):
+                                  referenceTangentState=None, *, bLimit: float = B_LIMIT):
     """Forward mode of `computeLaplacianCorrection`: the state and its tangent along the
     particle tangents.
 
@@ -247,6 +260,7 @@ def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
         referenceTangentState: `ParticleTangentState` of the references (positions,
             supports, masses, densities); None: the query tangent for a self-interaction
             call, else zero.
+        bLimit: as for `computeLaplacianCorrection`.
 
     Returns:
         ``(LaplacianCorrectionState, LaplacianCorrectionTangentState)``; reverse
@@ -270,7 +284,7 @@ def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
         else dLstate
     ctx, M3, N3, M4 = _moments(queryParticles, props, domain, queryVolumes, referenceVolumes,
                                adjacency, referenceParticles)
-    state, (T, e, idx) = _state(L, M3, N3, M4)
+    state, (T, e, idx) = _state(L, M3, N3, M4, bLimit)
     n, d = L.shape[0], L.shape[1]
     qt = queryTangentState
     rt = referenceTangentState

@@ -3,10 +3,13 @@ print a summary table.
 
 Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|search``):
 
-1. ``accuracy``: SPH derivatives on jittered lattices, plain vs CRK vs renormalized, orders;
+1. ``accuracy``: SPH derivatives on jittered lattices, plain vs CRK vs renormalized (and the
+   consistent Laplacian), orders, quadratic reproduction and a heat equation;
 2. ``inverse``: particle positions optimised with torch.optim (reverse mode) so that their
    density draws a ring;
-3. ``jfnk``: an implicit nonlinear wave equation by Newton-GMRES with forward-mode matvecs;
+3. ``jfnk``: two implicit problems (a nonlinear wave equation, a Lagrangian position step
+   through geometry JVPs) by Newton-GMRES in float32 and float64, with matvecs from dual
+   tensors, `warpOperationJVP` and finite differences (a sensible and a bad step);
 4. ``tgv``: the Taylor-Green vortex case (``warpsph run tgv``) at a small size, into
    ``out/tgv`` (`demo.tgv`);
 5. ``viscosity``: an inverse problem over a rollout: the viscosity of a Taylor-Green flow
@@ -19,6 +22,7 @@ Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|searc
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from pathlib import Path
@@ -38,7 +42,10 @@ def _jsonable(x):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
-    if isinstance(x, float) or isinstance(x, (int, str, bool)) or x is None:
+    if isinstance(x, float):
+        # strict JSON has no inf / nan (a diverged run): written as strings
+        return x if math.isfinite(x) else str(x)
+    if isinstance(x, (int, str, bool)) or x is None:
         return x
     return str(x)
 
