@@ -365,20 +365,47 @@ def test_gradient_reverse_specialized_gradcheck(device):
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
-def test_crk_and_renormalization_gradients_are_not_specialised(device):
-    """CRK and renormalization correct G_ij: the Gradient's specialised kernel declines them
-    (the call then runs the generic kernel's own overload)."""
-    c = dict(kernel=KernelFunctions.Wendland4, support=SupportScheme.Gather, d=2,
-             dtype=torch.float64, traversal="csr", mode=9, calibrate=False, periodic=False,
-             scheme=GradientScheme.Naive)
-    q, dom, adj = _setup(c, device)
+def test_crk_gradients_are_not_specialised(device):
+    """CRK corrects G_ij through W_ij and four states: the Gradient's specialised kernel
+    declines it (the call then runs the generic kernel's own overload); renormalization is
+    a configuration flag of the specialised kernel."""
     config = {"kernelFunction": 1, "supportMode": 11, "operationMode": 9, "dim": 2,
-              "scalar": None, "useAdjacency": True, "calibrateNormalization": False,
-              "useCRK": True, "useGradientRenormalization": False}
+              "scalar": wp.float64, "useAdjacency": True, "calibrateNormalization": False,
+              "useCRK": True, "useGradientRenormalization": False, "gradientMode": 1}
     assert _specialized.gradientSpecialized(config) is None
     config["useCRK"] = False
     config["useGradientRenormalization"] = True
-    assert _specialized.gradientSpecialized(config) is None
+    assert _specialized.gradientSpecialized(config) is not None
+
+
+RENORM_CASES = _cases(4, 6)
+
+
+@pytest.mark.parametrize("c", RENORM_CASES, ids=_ids(RENORM_CASES))
+def test_renormalized_gradient_and_laplacian_specialized_match_generic(device, c):
+    """G_ij <- L_i G_ij in the specialised Gradient and Laplacian (Brookshaw, Dot, Default)
+    forward kernels, against the generic ones (the consistent Laplacian's two calls)."""
+    q, dom, adj = _setup(c, device)
+    n, d = q.positions.shape
+    gen = torch.Generator().manual_seed(23)
+    L = (torch.eye(d, dtype=torch.float64) + 0.3 * torch.randn(n, d, d, generator=gen,
+                                                                dtype=torch.float64))
+    L = L.to(dtype=c["dtype"], device=device)
+    f = torch.randn(n, generator=gen, dtype=torch.float64).to(dtype=c["dtype"], device=device)
+    pg = _calProps(WarpOperation.Gradient, c, gradientMode=c["scheme"])
+    with torch.no_grad():
+        a, b = _bothRoutes(lambda: warpOperation(q, pg, dom, queryValues=f, adjacency=adj,
+                                                 renormalizationState=L))
+    _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    for lap in LAPLACIAN_SCHEMES:
+        pl = _calProps(WarpOperation.Laplacian, c, gradientMode=c["scheme"], laplacianMode=lap)
+        field = f if lap != LaplacianScheme.Dot else f[:, None].expand(n, d).contiguous()
+        with torch.no_grad():
+            a, b = _bothRoutes(lambda pl=pl, field=field: warpOperation(
+                q, pl, dom, queryValues=field, adjacency=adj, renormalizationState=L))
+        _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
+    assert any(name == "gradient" and cfg.renormalize for name, cfg in _specialized._BUILT)
+    assert any(name == "laplacian" and cfg.renormalize for name, cfg in _specialized._BUILT)
 
 
 def test_unknown_kernel_or_support_falls_back():

@@ -27,14 +27,15 @@ Agreement with the generic kernels: the same per-pair arithmetic except the peri
 results are bitwise identical without periodic axes and agree to rounding with them
 (tests/test_specialized.py asserts both).
 
-Covered: Density (every configuration: it reads no correction), Gradient without CRK and
-renormalization (grad-h and volumes enter through `fieldCoefficient_ij`), the Gradient's
+Covered: Density (every configuration: it reads no correction), Gradient without CRK (grad-h
+and volumes enter through `fieldCoefficient_ij`; the renormalization ``G_ij <- L_i G_ij`` is
+a configuration flag, `Configuration.renormalize`), the Gradient's
 hand-written reverse kernel (the same kernel body, compiled per configuration) and the
 Gradient's forward-mode (Tier-2) kernel without support tangents (dG_ij = H_ij dx_ij from
 the same specialised evaluation as the reverse kernel's H u; the coefficient and its tangent
 are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values), and
-the Laplacian's forward kernel for the Brookshaw, Dot and Default schemes without CRK,
-renormalization and positiveDivergence (the scheme a constant; q_ij is
+the Laplacian's forward kernel for the Brookshaw, Dot and Default schemes without CRK and
+positiveDivergence, with or without renormalization (the scheme a constant; q_ij is
 `laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme), and the
 Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
 is `momentum.momentumPair`'s, the field read per column without the generic unit-vector
@@ -102,6 +103,9 @@ class Configuration:
     gradientScheme: int = 0
     #: `LaplacianScheme` value of the Laplacian's forward kernel; 0 elsewhere
     laplacianScheme: int = 0
+    #: G_ij <- L_i G_ij (gradient renormalization) in the Gradient's and the Laplacian's
+    #: forward kernels
+    renormalize: bool = False
 
     @property
     def tag(self) -> str:
@@ -112,6 +116,7 @@ class Configuration:
         sm = _SUPPORT_NAMES.get(self.supportMode, str(self.supportMode))
         g = f"_g{self.gradientScheme}" if self.gradientScheme else ""
         g += f"_l{self.laplacianScheme}" if self.laplacianScheme else ""
+        g += "_L" if self.renormalize else ""
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -329,7 +334,10 @@ def _gradientKernel(cfg: Configuration, module: str = "unique"):
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, extra: X):
         c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False)
-        return c * pk.gradW_ij(x_ij, h_i, r.supports[j])
+        Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
+        if wp.static(cfg.renormalize):
+            Gv = wp.mul(corr.renormalizationMatrices[i], Gv)
+        return c * Gv
 
     return _vectorRowKernel("gradient", cfg, pair, X, module)
 
@@ -365,12 +373,16 @@ def _vectorRowKernel(name: str, cfg: Configuration, pair, X, module: str = "uniq
 
 
 def gradientSpecialized(config: dict):
-    """`OperatorSpec.specialize` of the Gradient: calls without CRK and renormalization
-    (which correct G_ij; `corrected.correctedGradient_ij` keeps them generic)."""
-    if config["useCRK"] or config["useGradientRenormalization"]:
+    """`OperatorSpec.specialize` of the Gradient: calls without CRK (which corrects G_ij
+    through W_ij and four states; `corrected.correctedGradient_ij` keeps it generic); the
+    renormalization ``G_ij <- L_i G_ij`` is a configuration flag."""
+    if config["useCRK"]:
         return None
     cfg = configurationOf(config, scheme=True)
-    return None if cfg is None else _gradientKernel(cfg)
+    if cfg is None:
+        return None
+    return _gradientKernel(dataclasses.replace(
+        cfg, renormalize=bool(config["useGradientRenormalization"])))
 
 
 @functools.cache
@@ -524,6 +536,8 @@ def _laplacianKernel(cfg: Configuration):
             h_j = r.supports[j]
             h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
             Gv = pk.gradW_ij(x_ij, h_i, h_j)
+            if wp.static(cfg.renormalize):
+                Gv = wp.mul(corr.renormalizationMatrices[i], Gv)
             Dn = r_ij + S(_REG_N) * h_ij
             n_ij = x_ij / Dn
             Gn = wp.dot(Gv, n_ij)
@@ -559,16 +573,17 @@ def _laplacianKernel(cfg: Configuration):
 
 def laplacianSpecialized(config: dict):
     """`OperatorSpec.specialize` of the Laplacian: the Brookshaw, Dot and Default schemes
-    without CRK, renormalization (which correct G_ij) and positiveDivergence (a pair
-    selection by the values); Naive (the analytic kernel Laplacian) stays generic."""
+    without CRK (which corrects G_ij through W_ij) and positiveDivergence (a pair selection by
+    the values), with or without renormalization (a configuration flag); Naive (the analytic
+    kernel Laplacian) stays generic."""
     scheme = int(config["laplacianMode"])
-    if (scheme not in (2, 3, 4) or config["useCRK"] or config["useGradientRenormalization"]
-            or config["positiveDivergenceMode"]):
+    if scheme not in (2, 3, 4) or config["useCRK"] or config["positiveDivergenceMode"]:
         return None
     cfg = configurationOf(config)
     if cfg is None:
         return None
-    return _laplacianKernel(dataclasses.replace(cfg, laplacianScheme=scheme))
+    return _laplacianKernel(dataclasses.replace(
+        cfg, laplacianScheme=scheme, renormalize=bool(config["useGradientRenormalization"])))
 
 
 @functools.cache
