@@ -3,15 +3,6 @@ the grad-h Omega helper, and the consistent second derivatives (issue 18:
 `computeLaplacianCorrection`, `consistentLaplacian`, `consistentHessian`). Every Warp launch runs through the autograd bridge, sync-free.
 """
 
-from .consistentLaplacian import (
-    LaplacianCorrectionState,
-    LaplacianCorrectionTangentState,
-    computeLaplacianCorrection,
-    computeLaplacianCorrectionJVP,
-    consistentHessian,
-    consistentLaplacian,
-    consistentLaplacianJVP,
-)
 from .crk import computeCRKFactors, computeCRKFactorsJVP
 from .gradH import computeOmega
 from .renormalization import (
@@ -20,6 +11,15 @@ from .renormalization import (
     pinv1x1,
     pinv2x2_warpBackend,
     pinv_warp,
+)
+from .secondDerivatives import (
+    LaplacianCorrectionState,
+    LaplacianCorrectionTangentState,
+    computeLaplacianCorrection,
+    computeLaplacianCorrectionJVP,
+    consistentHessian,
+    consistentLaplacian,
+    consistentLaplacianJVP,
 )
 
 __all__ = [

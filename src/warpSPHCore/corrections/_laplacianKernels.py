@@ -1,7 +1,8 @@
-"""Warp kernel of `consistentLaplacian.computeLaplacianCorrection`: the per-query geometric
+"""Warp kernel of `secondDerivatives.computeLaplacianCorrection`: the per-query geometric
 moments of the consistent second-derivative scheme (module docstring there).
 
-Thread (i, c) sums component c of
+Thread (i, block) of the primal kernel sums a block of d x d components (the last two
+indices) of
 
     M3_i[a,b,c] = sum_j V_j r_a r_b G_c          (d^3 components)
     N3_i[c,p,q] = sum_j V_j r_c w_pq             (d^3)
@@ -41,8 +42,8 @@ from ..operators._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ..operators._traversal import makeNeighborSum, pairVector
 from ..util.precision import warpScalar
 
-__all__ = ["laplacianMomentComponents", "laplacianMomentsKernel", "laplacianMomentsJVPKernel",
-           "LAPLACIAN_MOMENTS_SPEC"]
+__all__ = ["laplacianMomentComponents", "laplacianMomentBlocks", "laplacianMomentsKernel",
+           "laplacianMomentsJVPKernel", "LAPLACIAN_MOMENTS_SPEC"]
 
 
 def laplacianMomentComponents(d: int) -> int:
@@ -55,12 +56,26 @@ def _weight(p: wp.int32, q: wp.int32, x_ij: Any, G: Any, D2: Any):
     return (x_ij[p] * G[q] + x_ij[q] * G[p]) / (type(D2)(2.0) * D2)
 
 
+def laplacianMomentBlocks(d: int) -> int:
+    """Threads per query of the primal kernel: 2 d + d^2 blocks of d x d components."""
+    return 2 * d + d * d
+
+
+@wp.func
+def _matrixZero(q: Any, ks: Any):
+    """The zero d x d accumulator of the call's type."""
+    z = q.positions.dtype()
+    return wp.outer(z, z)
+
+
 # inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
 @wp.func(inline=False)
 def laplacianMomentPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                             r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
-    """V_j times moment component k at the pair (i, j); 0 for a masked reference."""
-    res = type(ks.normalizationCoefficient)(0.0)
+    """V_j times moment block k at the pair (i, j), a d x d matrix over the last two indices
+    (one kernel-gradient evaluation serves d^2 components); 0 for a masked reference."""
+    z = q.positions.dtype()
+    res = wp.outer(z, z)
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
         d = dom.dim
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
@@ -69,35 +84,25 @@ def laplacianMomentPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, 
         G = sphKernelGradient_ij(x_ij, h_i, h_j, ks.supportMode, ks.kernelFunction, d)
         h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
         D = wp.length(x_ij) + type(h_ij)(_REG_N) * h_ij
-        D2 = D * D
-        d3 = d * d * d
-        val = type(res)(0.0)
-        if k < d3:  # M3[a, b, c]
-            a = k / (d * d)
-            b = (k / d) - a * d
-            c = k - (k / d) * d
-            val = x_ij[a] * x_ij[b] * G[c]
-        elif k < 2 * d3:  # N3[c, p, q] with r_c = -x_c
-            kk = k - d3
-            c = kk / (d * d)
-            p = (kk / d) - c * d
-            qq = kk - (kk / d) * d
-            val = -x_ij[c] * _weight(p, qq, x_ij, G, D2)
-        else:  # M4[a, b, p, q]
-            kk = k - 2 * d3
-            a = kk / d3
-            rem = kk - a * d3
-            b = rem / (d * d)
-            rem2 = rem - b * d * d
-            p = rem2 / d
-            qq = rem2 - p * d
-            val = x_ij[a] * x_ij[b] * _weight(p, qq, x_ij, G, D2)
-        res = apparentVolume_j(r, corr, j) * val
+        V_j = apparentVolume_j(r, corr, j)
+        xG = wp.outer(x_ij, G)
+        if k < d:  # M3[a, :, :] = x_a (x (x) G)
+            res = (V_j * x_ij[k]) * xG
+        else:
+            w = (xG + wp.transpose(xG)) * (type(h_ij)(1.0) / (type(h_ij)(2.0) * D * D))
+            if k < 2 * d:  # N3[c, :, :] = r_c w with r_c = -x_c
+                res = (-V_j * x_ij[k - d]) * w
+            else:  # M4[a, b, :, :] = x_a x_b w
+                kk = k - 2 * d
+                a = kk / d
+                b = kk - a * d
+                res = (V_j * x_ij[a] * x_ij[b]) * w
     return res
 
 
 laplacianMomentCsrSum, laplacianMomentGridSum = makeNeighborSum(laplacianMomentPairTerm,
-                                                                "laplacianMoments")
+                                                                "laplacianMoments",
+                                                                zero=_matrixZero)
 
 
 @wp.kernel
@@ -105,24 +110,31 @@ def laplacianMomentsKernel(queryState: Any, referenceState: Any, domainState: An
                            useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
                            correctionData: Any, kernelProperties: Any,
                            moments: wp.array(dtype=Any)):
-    """moments[i K + c] = component c of query i (module docstring); 0 for a masked query."""
+    """Thread (i, block): d x d components of query i's moments (module docstring), stored
+    at ``moments[i K + block d^2 + b d + c]``; 0 for a masked query."""
     tid = wp.tid()
     d = domainState.dim
-    K = 2 * d * d * d + d * d * d * d
-    i = tid / K
-    c = tid - i * K
+    nb = 2 * d + d * d
+    i = tid / nb
+    blk = tid - i * nb
     ks = kernelProperties
-    val = type(ks.normalizationCoefficient)(0.0)
+    z = queryState.positions.dtype()
+    val = wp.outer(z, z)
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
         if useAdjacency:
-            val = laplacianMomentCsrSum(adjacencyState, i, c, K, queryState, referenceState,
+            val = laplacianMomentCsrSum(adjacencyState, i, blk, nb, queryState, referenceState,
                                         domainState, correctionData, ks, referenceState.masses)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            val = laplacianMomentGridSum(gridState, cell, i, c, K, queryState, referenceState,
-                                         domainState, correctionData, ks,
+            val = laplacianMomentGridSum(gridState, cell, i, blk, nb, queryState,
+                                         referenceState, domainState, correctionData, ks,
                                          referenceState.masses)
-    moments[tid] = val
+    base = (i * nb + blk) * d * d
+    # every output element is written exactly once (W76); constant bounds, guarded by d
+    for b in range(3):
+        for c in range(3):
+            if b < d and c < d:
+                moments[base + b * d + c] = val[b, c]
 
 
 declareStateOverloads(laplacianMomentsKernel, {"moments": "scalar"})
@@ -236,6 +248,5 @@ LAPLACIAN_MOMENTS_SPEC = OperatorSpec(
     kernel=laplacianMomentsKernel,
     outputs=(OutputSpec(dtype=_callScalar, shape=lambda ctx, extras: (
         ctx.numQueries * laplacianMomentComponents(int(ctx.domain.dim)),)),),
-    numThreads=lambda ctx, extras: ctx.numQueries * laplacianMomentComponents(
-        int(ctx.domain.dim)),
+    numThreads=lambda ctx, extras: ctx.numQueries * laplacianMomentBlocks(int(ctx.domain.dim)),
 )
