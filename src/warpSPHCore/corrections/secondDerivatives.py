@@ -314,6 +314,14 @@ def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
     return state, LaplacianCorrectionTangentState(dL, dB, dbeta, dAinv, dN3)
 
 
+def _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
+              referenceParticles):
+    """The keyword arguments the scheme's operator calls share."""
+    return dict(queryValues=queryValues, referenceValues=referenceValues,
+                queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
+                adjacency=adjacency, referenceParticles=referenceParticles)
+
+
 def _brookshaw(queryParticles, props, domain, renorm, **kw):
     p = dataclasses.replace(props, operation=WarpOperation.Laplacian,
                             laplacianMode=LaplacianScheme.Brookshaw,
@@ -353,9 +361,8 @@ def consistentLaplacian(queryParticles, operationProperties, domain, correction,
         ``[N_q, *S]``; differentiable in reverse mode (w.r.t. the values and, through the
         state, the geometry) and in forward mode w.r.t. the values.
     """
-    kw = dict(queryValues=queryValues, referenceValues=referenceValues,
-              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
-              adjacency=adjacency, referenceParticles=referenceParticles)
+    kw = _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
+                   referenceParticles)
     lap = _brookshaw(queryParticles, operationProperties, domain, -0.5 * correction.B, **kw)
     grad = _gradient(queryParticles, operationProperties, domain, correction.L, **kw)
     n, d = correction.beta.shape
@@ -415,9 +422,8 @@ def consistentLaplacianJVP(queryParticles, operationProperties, domain, correcti
     dGrad = warpOperationJVP(queryParticles, grad, domain, renormalizationState=correction.L,
                              renormalizationTangentState=correctionTangent.L, **kw)
     g = _gradient(queryParticles, operationProperties, domain, correction.L,
-                  queryValues=queryValues, referenceValues=referenceValues,
-                  queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
-                  adjacency=adjacency, referenceParticles=referenceParticles)
+                  **_callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes,
+                              adjacency, referenceParticles))
     n, d = correction.beta.shape
     lead = [1] * (g.dim() - 2)
     beta = correction.beta.reshape(n, *lead, d)
@@ -449,9 +455,8 @@ def consistentHessian(queryParticles, operationProperties, domain, correction, q
     Returns:
         ``[N_q, *S, d, d]`` (symmetric); differentiable as `consistentLaplacian`.
     """
-    kw = dict(queryValues=queryValues, referenceValues=referenceValues,
-              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
-              adjacency=adjacency, referenceParticles=referenceParticles)
+    kw = _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
+                   referenceParticles)
     L = correction.L
     n, d = L.shape[0], L.shape[1]
     grad = _gradient(queryParticles, operationProperties, domain, L, **kw)  # [n, *S, d]
