@@ -13,11 +13,14 @@ from pathlib import Path
 __all__ = ["spawn"]
 
 
-def _worker(rank, fn, size, store, out, args, threads):
+def _worker(rank, fn, size, store, out, args, threads, specialize):
     import torch
     import torch.distributed as dist
 
+    from ..autograd.specialize import setSpecialization
+
     torch.set_num_threads(threads)
+    setSpecialization(specialize)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size)
     try:
         result = fn(rank, size, *args)
@@ -35,15 +38,20 @@ def spawn(fn, nproc: int, *args, threads: int = 1):
     `fn` must be importable by name (a module-level function): the processes are started
     with the ``spawn`` method (a forked Warp or CUDA context is unsafe). An exception in
     any process is raised here (torch.multiprocessing's ProcessRaisedException, with the
-    worker's traceback). `threads` sets torch's intra-op threads in each process.
+    worker's traceback). `threads` sets torch's intra-op threads in each process. The
+    processes inherit this process's specialised-kernel setting
+    (`autograd.specialize.setSpecialization`), so they compile the same kernels.
     """
     import torch.multiprocessing as mp
+
+    from ..autograd.specialize import specializationEnabled
 
     if nproc < 1:
         raise ValueError(f"spawn: nproc={nproc}; accepted: >= 1")
     with tempfile.TemporaryDirectory(prefix="warpsph-dist-") as tmp:
         store = os.path.join(tmp, "store")
-        mp.start_processes(_worker, args=(fn, nproc, store, tmp, args, threads),
+        mp.start_processes(_worker, args=(fn, nproc, store, tmp, args, threads,
+                                          specializationEnabled()),
                            nprocs=nproc, join=True, start_method="spawn")
         results = []
         for r in range(nproc):
