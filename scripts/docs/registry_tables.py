@@ -9,7 +9,8 @@ The tables live in the Markdown pages between marker comments::
 with NAME one of ``outputs`` (formula and output per operator), ``shapes`` (the output
 shape of scalar, vector and matrix fields in 1D/2D/3D, computed by each entry's shape rule),
 ``corrections`` (the acceptance matrix, `operators.md` §5), ``corrections:<Operator>`` (one
-operator's row) and ``jvp-scope`` (the forward-mode scope, `autodiff.md` §9.4).
+operator's row), ``scheme-states`` (the per-query states one option value needs, the
+consistent Laplacian's) and ``jvp-scope`` (the forward-mode scope, `autodiff.md` §9.4).
 
     python scripts/docs/registry_tables.py          # rewrite the pages in place
     python scripts/docs/registry_tables.py --check  # list the pages that differ, exit 1
@@ -80,6 +81,25 @@ def correctionsTable(operations=None) -> str:
         cells = [correctionCell(use) for _, use in entry.corrections.items()]
         rows.append(([op.name] if withName else []) + cells)
     return _table(header, rows)
+
+
+def _shape(trailing) -> str:
+    return "`[" + ", ".join(["N_q"] + [str(k) for k in trailing]) + "]`"
+
+
+def schemeStatesTable() -> str:
+    """One row per `SchemeState`: the choice, its keyword, what the kernel reads, and what
+    the scheme does not combine with (a ValueError)."""
+    rows = []
+    for op, entry in OPERATORS.items():
+        for ss in entry.schemeStates:
+            reads = ", ".join(f"{name} {_shape(trailing)}" for name, trailing in ss.members)
+            excluded = [CORRECTION_LABELS[c] for c in ss.excludes]
+            excluded += [f"`{o}={_value(v)}`" for o, v, _ in ss.excludedOptions]
+            rows.append([op.name, f"`{ss.option}={_value(ss.value)}`", f"`{ss.keyword}`", reads,
+                         ", ".join(excluded) or "—"])
+    return _table(["Operator", "Choice", "State (keyword)", "Kernel reads",
+                   "Not combined with (ValueError)"], rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -237,6 +257,8 @@ def render(name: str) -> str:
         return correctionsTable([op])
     if name == "jvp-scope":
         return jvpScopeTable()
+    if name == "scheme-states":
+        return schemeStatesTable()
     raise KeyError(f"unknown registry table {name!r}")
 
 

@@ -65,6 +65,9 @@ class LaplacianScheme(IntEnum):
     Brookshaw = 2
     Dot = 3
     Default = 4
+    #: first-order consistent (exact for quadratic fields), with a `LaplacianCorrectionState`
+    #: (`corrections.computeLaplacianCorrection`); issue 18
+    Consistent = 5
 
 
 class WarpOperation(IntEnum):

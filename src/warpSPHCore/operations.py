@@ -39,7 +39,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
                   referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
                   referenceParticles=None, preScatteredQuantities=None, crkState=None,
                   gradHState=None, renormalizationState=None, consistentDivergence=False,
-                  covarianceReturnNumNeighbors=False):
+                  covarianceReturnNumNeighbors=False, laplacianCorrectionState=None):
     """Evaluate one SPH operator (`operators.md` §2, §7.1).
 
     Density: ``rho_i = sum_j m_j W_ij`` -> ``[N_q]``.
@@ -55,6 +55,8 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     ``[N_q, *S[1:]]`` (``[N_q, 1]`` for a vector), 1D zeros ``[N_q]``.
     Laplacian: ``sum_j`` (Naive analytic kernel Laplacian, Brookshaw, Dot or Default factor)
     ``x q_ij`` -> ``[N_q, *S]``; `positiveDivergence` drops pairs with ``x_ij . q_ij < 0``.
+    Consistent: ``sum_j q_ij G_ij . (B_i x_ij / D^2 - gamma_i)`` with the
+    `laplacianCorrectionState` (exact for quadratic fields; `corrections.secondDerivatives`).
     Covariance: ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` -> ``[N_q, d, d]``, or ``(C, n)`` with
     the int32 count of ``W^R_ij > 0`` when `covarianceReturnNumNeighbors`.
     Corrections accepted per operator: `operators.md` §5 (docs/operators.md).
@@ -78,6 +80,9 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         renormalizationState: `RenormalizationState` or tensor.
         consistentDivergence: bool, for Divergence.
         covarianceReturnNumNeighbors: bool, for Covariance.
+        laplacianCorrectionState: `LaplacianCorrectionState`
+            (`corrections.computeLaplacianCorrection`), needed by and only by the Laplacian
+            with ``laplacianMode=LaplacianScheme.Consistent``.
 
     Returns:
         Tensor (Covariance with counts: a tuple) on the input device with the input dtype.
@@ -95,7 +100,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
         queryParticles, operationProperties, domain, queryValues, referenceValues, queryVolumes,
         referenceVolumes, adjacency, referenceParticles, preScatteredQuantities, crkState,
         gradHState, renormalizationState, consistentDivergence, covarianceReturnNumNeighbors,
-        dualRoute=dualRouteJVP)
+        laplacianCorrectionState, dualRoute=dualRouteJVP)
 
 
 def sphOperation_warp(queryPositions, referencePositions, querySupports, referenceSupports,

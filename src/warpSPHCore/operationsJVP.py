@@ -37,6 +37,8 @@ import torch.autograd.forward_ad as fwAD
 from .autograd.arg_extract import (
     _ADJ_LIST,
     _GRID_SORT,
+    _LAP_MAT,
+    _LAP_VEC,
     _NO_TANGENT_HOME,
     _QCRK_A,
     _QCRK_B,
@@ -58,7 +60,7 @@ from .autograd.arg_extract import (
 )
 from .autograd.jvpCommon import GeometryTangents, launchGeometryJVP
 from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOperator
-from .dataTypes.corrections import CRKTangentState
+from .dataTypes.corrections import CRKTangentState, LaplacianCorrectionTangentState
 from .enumTypes import WarpOperation
 from .operators import (
     CORRECTION_LABELS,
@@ -153,6 +155,9 @@ def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
     if t.renorm is not None and c.renorm is None:
         raise ValueError(f"{where}: renormalizationTangentState given without "
                          "renormalizationState; pass the primal state whose tangent it is")
+    if t.laplacian is not None and c.laplacian is None:
+        raise ValueError(f"{where}: laplacianCorrectionTangentState given without "
+                         "laplacianCorrectionState; pass the primal state whose tangent it is")
     if t.rVolumes is not None and c.volumes[1] is None:
         raise ValueError(f"{where}: tangentReferenceVolumes given without referenceVolumes")
     entry = operatorEntry(op)
@@ -196,9 +201,26 @@ def _selectsByValues(op: WarpOperation, properties) -> bool:
     return operatorEntry(op).jvp.selectsByValues(properties)
 
 
+def _completeLaplacianTangent(state, tangent):
+    """``tangent`` with zero ``B``/``gamma`` where it has none (a frozen member)."""
+    B = getattr(tangent, "B", None)
+    g = getattr(tangent, "gamma", None)
+    return LaplacianCorrectionTangentState(
+        B=torch.zeros_like(state.B) if B is None else B,
+        gamma=torch.zeros_like(state.gamma) if g is None else g)
+
+
 def jvpFromContext(op: WarpOperation, ctx, extras: dict, t: GeometryTangents):
     """The JVP of one prepared call in the raw flat output layout (module docstring)."""
     spec = operatorEntry(op).spec
+    if t.laplacian is not None:
+        # the consistent Laplacian is linear in its state (B, gamma): that tangent is the
+        # primal on the frozen values with (dB, dgamma) in the state's place
+        tangentState = _completeLaplacianTangent(ctx.corrections.laplacian, t.laplacian)
+        lctx = dataclasses.replace(ctx, corrections=dataclasses.replace(
+            ctx.corrections, laplacian=tangentState))
+        linear = launchOperator(spec, lctx, dualRoute=dualRouteJVP, **extras)
+        return linear + jvpFromContext(op, ctx, extras, dataclasses.replace(t, laplacian=None))
     valueName = _valueExtra(spec)
     if not t.hasGeometry and not (t.tValues is not None and _selectsByValues(op, ctx.properties)):
         if t.tValues is None:
@@ -260,7 +282,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                      tangentReferenceVolumes=None, adjacency=None, referenceParticles=None,
                      crkState=None, crkTangentState=None, gradHState=None,
                      renormalizationState=None, renormalizationTangentState=None,
-                     consistentDivergence=False):
+                     consistentDivergence=False, laplacianCorrectionState=None,
+                     laplacianCorrectionTangentState=None):
     """Directional derivative of `warpOperation` in the combined direction of every supplied
     tangent (`autodiff.md` §9.2), in the primal's public output shape (Covariance: the matrix
     tangent only).
@@ -296,6 +319,10 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         tangentReferenceVolumes: ``[N_r]`` tangent of referenceVolumes.
         crkTangentState: `CRKTangentState` (all four members) of `crkState`.
         renormalizationTangentState: `RenormalizationTangentState` or ``[N_q, d, d]``.
+        laplacianCorrectionState: primal argument, as for `warpOperation`.
+        laplacianCorrectionTangentState: `LaplacianCorrectionTangentState` of it (``B`` and
+            ``gamma`` read; either may be None = frozen), e.g. from
+            `corrections.computeLaplacianCorrectionJVP`.
 
     Returns:
         The tangent, same shape, dtype and device as the primal output; differentiable in
@@ -340,7 +367,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         getattr(qt, "positions", None), getattr(qt, "supports", None),
         getattr(qt, "densities", None), getattr(rt, "positions", None),
         getattr(rt, "supports", None), getattr(rt, "masses", None),
-        getattr(rt, "densities", None), tangentReferenceVolumes, crkTangentState, renormT))
+        getattr(rt, "densities", None), tangentReferenceVolumes, crkTangentState, renormT,
+        laplacianCorrectionTangentState))
     hasValueTangent = tangentQueryValues is not None or tangentReferenceValues is not None
     if hasValueTangent and not scope.valueTangents:
         raise NotImplementedError(f"{_WHERE}: {op.name} has no value input; accepted tangents: "
@@ -349,7 +377,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     primal = dict(queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
                   adjacency=adjacency, referenceParticles=referenceParticles, crkState=crkState,
                   gradHState=gradHState, renormalizationState=renormalizationState,
-                  consistentDivergence=consistentDivergence)
+                  consistentDivergence=consistentDivergence,
+                  laplacianCorrectionState=laplacianCorrectionState)
     if not geometry and not (hasValueTangent and _selectsByValues(op, operationProperties)):
         if hasValueTangent:  # Tier 1: literally the operator on the tangent values
             tq, tr = tangentQueryValues, tangentReferenceValues
@@ -374,7 +403,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         queryParticles, operationProperties, domain, queryValues, referenceValues,
         crkState=crkState, gradHState=gradHState, renormalizationState=renormalizationState,
         queryVolumes=queryVolumes, referenceVolumes=referenceVolumes, adjacency=adjacency,
-        referenceParticles=referenceParticles, consistentDivergence=consistentDivergence)
+        referenceParticles=referenceParticles, consistentDivergence=consistentDivergence,
+        laplacianCorrectionState=laplacianCorrectionState)
     pos = queryParticles.positions
     device, dtype = pos.device, pos.dtype
     ref = queryParticles if selfRef else referenceParticles
@@ -400,6 +430,11 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     if renormT is not None and ctx.corrections.renorm is not None:
         _checkTangent("renormalizationTangentState", renormT,
                       ctx.corrections.renorm.renormalizationMatrices, device, dtype)
+    if laplacianCorrectionTangentState is not None and ctx.corrections.laplacian is not None:
+        for f in ("B", "gamma"):
+            _checkTangent(f"laplacianCorrectionTangentState.{f}",
+                          getattr(laplacianCorrectionTangentState, f, None),
+                          getattr(ctx.corrections.laplacian, f), device, dtype)
     # _prepareCall dropped the states the options make ignored; a tangent for them is out
     # of scope
     given = {"crk": crkState, "renorm": renormalizationState, "gradH": gradHState}
@@ -424,6 +459,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         rMasses=getattr(rt, "masses", None),
         rDensities=getattr(rt, "densities", None) if readsDensities else None,
         rVolumes=tangentReferenceVolumes, crk=crkTangentState, renorm=renormT,
+        laplacian=laplacianCorrectionTangentState,
         tValues=_flatValueTangent(entry, tangentQueryValues, tangentReferenceValues,
                                   queryValues, referenceValues))
     if not readsDensities and (getattr(qt, "densities", None) is not None
@@ -503,7 +539,7 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
         ctx, query=_strip(ctx.query), reference=_strip(ctx.reference), domain=ctx.domain,
         corrections=dataclasses.replace(
             corr, volumes=_strip(corr.volumes), crk=_strip(corr.crk), gradH=_strip(corr.gradH),
-            renorm=_strip(corr.renorm)))
+            renorm=_strip(corr.renorm), laplacian=_strip(corr.laplacian)))
     jextras = {k: _strip(v) for k, v in extras.items()}
 
     crkT = None
@@ -529,7 +565,10 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
         rPositions=tan(_RPOS), rSupports=tan(_RSUP), rMasses=tan(_RMAS),
         rDensities=None if noDensities else tan(_RDEN),
         rVolumes=tan(_RVOL) if corr.volumes[1] is not None else None,
-        crk=crkT, renorm=renormT, tValues=tValues)
+        crk=crkT, renorm=renormT, tValues=tValues,
+        laplacian=(LaplacianCorrectionTangentState(B=tan(_LAP_MAT), gamma=tan(_LAP_VEC))
+                   if corr.laplacian is not None and (live(_LAP_MAT) or live(_LAP_VEC))
+                   else None))
     if tangents.hasGeometry:
         checkJVPScope(op, jctx, jextras, tangents, where=f"{op.name} (forward-mode AD)")
     out = jvpFromContext(op, jctx, jextras, tangents)

@@ -23,7 +23,7 @@ from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
 from .dataTypes.corrections import asGradHState, asRenormalizationState
 from .enumTypes import GradientScheme, WarpOperation
-from .operators import ValueInputs, operatorEntry
+from .operators import CORRECTION_LABELS, ValueInputs, matches, operatorEntry
 from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
@@ -158,7 +158,8 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
                  referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
                  referenceParticles=None, preScatteredQuantities=None, crkState=None,
                  gradHState=None, renormalizationState=None, consistentDivergence=False,
-                 covarianceReturnNumNeighbors=False, *, dualRoute=None):
+                 covarianceReturnNumNeighbors=False, laplacianCorrectionState=None, *,
+                 dualRoute=None):
     """`operations.warpOperation` with the forward-mode route `dualRoute` (see
     `launchOperator`) given by the caller; arguments, result and errors as there.
 
@@ -168,7 +169,7 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
     args = (queryParticles, operationProperties, domain, queryValues, referenceValues,
             queryVolumes, referenceVolumes, adjacency, referenceParticles,
             preScatteredQuantities, crkState, gradHState, renormalizationState,
-            consistentDivergence, covarianceReturnNumNeighbors)
+            consistentDivergence, laplacianCorrectionState, covarianceReturnNumNeighbors)
     fp = fingerprint(args)
     if fp is not None:
         plan = lookupPlan(fp[0])
@@ -183,8 +184,9 @@ def runOperation(queryParticles, operationProperties, domain, queryValues=None,
 def _fullPath(args: tuple, dualRoute):
     """Validate, prepare and launch one call; returns ``(raw, finish)``: the launch's output
     and the step that turns it into the call's result."""
-    *callArgs, consistentDivergence, covarianceReturnNumNeighbors = args
-    op, ctx, extras, finalize = _prepareCall(*callArgs, consistentDivergence)
+    *callArgs, consistentDivergence, laplacianState, covarianceReturnNumNeighbors = args
+    op, ctx, extras, finalize = _prepareCall(*callArgs, consistentDivergence,
+                                             laplacianCorrectionState=laplacianState)
     out = launchOperator(operatorEntry(op).spec, ctx, dualRoute=dualRoute, **extras)
     if op == WarpOperation.Covariance:
         return out, (_covarianceWithCounts(finalize) if covarianceReturnNumNeighbors
@@ -207,7 +209,8 @@ def _covarianceOnly(finalize):
 def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
                  referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
                  referenceParticles=None, preScatteredQuantities=None, crkState=None,
-                 gradHState=None, renormalizationState=None, consistentDivergence=False):
+                 gradHState=None, renormalizationState=None, consistentDivergence=False,
+                 laplacianCorrectionState=None):
     """Validation and defaulting of one operator call, shared by `warpOperation` and
     `warpOperationJVP`.
 
@@ -238,6 +241,12 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     tensors = _collectTensors(queryParticles, referenceParticles, domain, queryValues,
                               referenceValues, queryVolumes, referenceVolumes, crkState, gradH,
                               renorm)
+    schemeStates = {"laplacianCorrectionState": laplacianCorrectionState}
+    for keyword, state in schemeStates.items():
+        for f in ("B", "gamma"):
+            t = getattr(state, f, None) if state is not None else None
+            if t is not None:
+                tensors.append((f"{keyword}.{f}", t))
     _checkTensors(tensors, device)
     for name, t in (("queryParticles.kinds", queryParticles.kinds),
                     ("referenceParticles.kinds", referenceParticles.kinds)):
@@ -270,6 +279,8 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
         raise ValueError(f"{_WHERE}: WarpOperation.Custom cannot be evaluated by warpOperation; "
                          "write a Warp kernel with the pair functions of warpSPHCore.kernels")
     entry = operatorEntry(op)
+    given = {"crk": crkState, "gradH": gradH, "renorm": renorm}
+    fields = _checkSchemeStates(entry, props, schemeStates, given, (nQ, d))
     ctx = SPHContext(
         query=queryParticles,
         properties=dataclasses.replace(props, operation=op),
@@ -277,7 +288,7 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
         adjacency=adjacency,
         reference=None if referenceParticles is queryParticles else referenceParticles,
         corrections=Corrections(volumes=(queryVolumes, referenceVolumes), crk=crkState,
-                                gradH=gradH, renorm=renorm),
+                                gradH=gradH, renorm=renorm, **fields),
     )
     # the call's keyword options; only those the operator declares reach it
     callKeywords = {"consistentDivergence": bool(consistentDivergence)}
@@ -304,6 +315,55 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     if entry.values is ValueInputs.NONE and outShape == ():
         return op, ctx, extras, _identity  # the kernel's [N_q] output as it is
     return op, ctx, extras, _reshaper((nQ,) + outShape)
+
+
+def _checkSchemeStates(entry, props, states: dict, corrections: dict, sizes: tuple) -> dict:
+    """Validation of the per-query states that one option value needs (`SchemeState`, the
+    consistent Laplacian's): present, complete and shaped when the option holds, not given
+    otherwise, and the scheme's exclusions. Returns the `Corrections` fields to set."""
+    nQ, d = sizes
+    name = entry.operation.name
+    fields = {}
+    declared = {ss.keyword: ss for ss in entry.schemeStates}
+    for keyword, state in states.items():
+        ss = declared.get(keyword)
+        if ss is None:
+            if state is not None:
+                raise ValueError(f"{_WHERE}: {keyword} is given, but {name} reads no such state "
+                                 "(it is read by the Laplacian with laplacianMode=Consistent)")
+            continue
+        choice = f"{ss.option}={ss.value.name}"
+        if not ss.holds(props):
+            if state is not None:
+                raise ValueError(f"{_WHERE}: {keyword} is given, but only {name} with {choice} "
+                                 f"reads it (the call has {ss.option}="
+                                 f"{type(ss.value)(getattr(props, ss.option)).name})")
+            continue
+        if state is None:
+            raise ValueError(f"{_WHERE}: {name} with {choice} needs {keyword} (a "
+                             "LaplacianCorrectionState from computeLaplacianCorrection for the "
+                             "same particles, volumes and kernel)")
+        for member, trailing in ss.members:
+            t = getattr(state, member, None)
+            want = (nQ,) + tuple(d if x == "d" else x for x in trailing)
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{_WHERE}: {keyword}.{member} must be a tensor of shape "
+                                f"{list(want)}, got {type(t).__name__}")
+            if tuple(t.shape) != want:
+                raise ValueError(f"{_WHERE}: {keyword}.{member} has shape {tuple(t.shape)}; "
+                                 f"accepted: {list(want)} (N_q = {nQ}, d = {d})")
+        for other in ss.excludes:
+            if corrections.get(other) is not None:
+                raise ValueError(f"{_WHERE}: {name} with {choice} carries its own correction "
+                                 f"({keyword}); {CORRECTION_LABELS[other]} is not accepted with "
+                                 "it")
+        for option, value, why in ss.excludedOptions:
+            if matches(getattr(props, option), value):
+                shown = value.name if hasattr(value, "name") else value
+                raise ValueError(f"{_WHERE}: {name} with {choice} does not accept "
+                                 f"{option}={shown}: {why}")
+        fields[ss.field] = state
+    return fields
 
 
 def _valueExtras(op, entry, queryValues, referenceValues, preScatteredQuantities, nQ: int,

@@ -61,6 +61,11 @@ from warpSPHCore.corrections import (
     computeRenormalizationMatrices,
 )
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operators import operatorEntry  # noqa: E402
+
+#: the Laplacian schemes that need no per-query state (Consistent needs its
+#: LaplacianCorrectionState: tests/operations/test_laplacian_consistent_scheme.py)
+STATELESS_LAPLACIAN = operatorEntry(WarpOperation.Laplacian).statelessValues("laplacianMode")
 
 F64 = torch.float64
 W2 = KernelFunctions.Wendland2
@@ -74,7 +79,7 @@ HMEAN = {1: 0.5, 2: 0.9, 3: 1.2}
 DENSE_NPART = {1: 16, 2: 24, 3: 24}
 DENSE_HMEAN = {1: 0.9, 2: 1.2, 3: 1.6}
 GRAD_SCHEMES = list(GradientScheme)
-LAP_SCHEMES = list(LaplacianScheme)
+LAP_SCHEMES = list(STATELESS_LAPLACIAN)
 
 
 class _UncheckedProperties(OperationProperties):

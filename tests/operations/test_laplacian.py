@@ -32,6 +32,11 @@ from warpSPHCore import (
     latticeDensityFactor,
 )
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operators import operatorEntry  # noqa: E402
+
+#: the Laplacian schemes that need no per-query state (Consistent needs its
+#: LaplacianCorrectionState: tests/operations/test_laplacian_consistent_scheme.py)
+STATELESS_LAPLACIAN = operatorEntry(WarpOperation.Laplacian).statelessValues("laplacianMode")
 
 LAP = WarpOperation.Laplacian
 SUPPORTS = list(SupportScheme)
@@ -182,7 +187,7 @@ def test_laplacian_brute_force(device, dtype, dim):
         setups.append((reference, randomCorrections(n, nr, dim, dtype, device, seed=12),
                        neighbourStructure("csr", q, dom, reference), nr))
     count = 0
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         for gscheme in GradientScheme:
             corrs = NAIVE_CORRECTIONS if lscheme == LaplacianScheme.Naive else CORRECTIONS
             for corr in corrs:
@@ -217,7 +222,7 @@ def test_laplacian_traversals_agree(device, dim, periodic):
     fr = randomField(n + 1, (dim,), dt, device, seed=2)
     for traversal in TRAVERSALS:
         adj = neighbourStructure(traversal, q, dom, r)
-        for lscheme in LaplacianScheme:
+        for lscheme in STATELESS_LAPLACIAN:
             corr = ("volumes+gradH" if lscheme == LaplacianScheme.Naive
                     else "volumes+gradH+crk+renorm")
             pr = props(LAP, laplacianMode=lscheme, gradientMode=GradientScheme.Difference,
@@ -238,7 +243,7 @@ def test_laplacian_positive_divergence(device, dtype, dim, traversal):
     shapes = [(dim,), ()] if dim == 1 else [(dim,)]
     for si, shape in enumerate(shapes):
         f = randomField(n, shape, dtype, device, seed=3 + si)
-        for lscheme in LaplacianScheme:
+        for lscheme in STATELESS_LAPLACIAN:
             for gscheme in (GradientScheme.Naive, GradientScheme.Symmetric):
                 corr = "gradH" if lscheme == LaplacianScheme.Naive else "crk+renorm+volumes"
                 pr = props(LAP, laplacianMode=lscheme, gradientMode=gscheme,
@@ -265,7 +270,7 @@ def test_laplacian_operation_modes(device, mode):
     q = cloud(12, 2, dt, device, seed=3, kinds=kinds)
     f = randomField(12, (2,), dt, device, seed=1)
     c = randomCorrections(12, 12, 2, dt, device, seed=2)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         corr = "volumes+gradH" if lscheme == LaplacianScheme.Naive else "crk+renorm+gradH"
         pr = props(LAP, laplacianMode=lscheme, operationMode=mode)
         out, ref = _call(q, pr, dom, f, None, None, None, corr, c)
@@ -287,7 +292,7 @@ def test_laplacian_periodic_seam_shift(device, dtype):
     shifted = torch.remainder(q.positions + 0.77 + 1.0, L) - 1.0  # across the seam, wrapped
     boxes = torch.tensor([[1.0, -2.0]], dtype=dtype, device=device) * L
     unwrapped = q.positions + boxes * (torch.arange(12, device=device)[:, None] % 3 - 1)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         corr = "volumes" if lscheme == LaplacianScheme.Naive else "crk+volumes"
         pr = props(LAP, laplacianMode=lscheme, supportMode=SupportScheme.SuperSymmetric)
         base, ref = _call(q, pr, dom, f, None, None, None, corr, c)
@@ -308,7 +313,7 @@ def test_laplacian_calibration_factor(device, dtype, traversal):
     f = randomField(10, (3,), dtype, device, seed=2)
     adj = neighbourStructure(traversal, q, dom)
     factor = latticeDensityFactor(KernelFunctions.Wendland2, 2.5, 3)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         plain = warpOperation(q, props(LAP, n_h=2.5, laplacianMode=lscheme), dom, queryValues=f,
                               adjacency=adj)
         cal = warpOperation(q, props(LAP, n_h=2.5, laplacianMode=lscheme,
@@ -368,7 +373,7 @@ def test_laplacian_coincident_points(device):
     p = ParticleState(pos, q.supports, q.masses, q.kinds, q.densities)
     f = randomField(8, (2,), dt, device, seed=6)
     c = randomCorrections(8, 8, 2, dt, device, seed=17)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         corr = "none" if lscheme == LaplacianScheme.Naive else "crk+renorm"
         out, ref = _call(p, props(LAP, laplacianMode=lscheme), dom, f, None, None, None, corr, c)
         assert torch.isfinite(out).all()
@@ -380,7 +385,7 @@ def test_laplacian_1d_shapes(device):
     dom = makeDomain(1, dt, device)
     q = cloud(6, 1, dt, device, seed=1)
     f = randomField(6, (), dt, device, seed=1)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         a = warpOperation(q, props(LAP, laplacianMode=lscheme), dom, queryValues=f)
         b = warpOperation(q, props(LAP, laplacianMode=lscheme), dom, queryValues=f[:, None])
         assert a.shape == (6,) and b.shape == (6, 1)
@@ -394,7 +399,7 @@ def test_laplacian_empty_populations(device, traversal):
     dom = makeDomain(dim, dt, device)
     full = cloud(5, dim, dt, device, seed=1)
     empty = cloud(0, dim, dt, device, seed=1)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         pr = props(LAP, laplacianMode=lscheme)
         adj = neighbourStructure(traversal, empty, dom, full)
         out = warpOperation(empty, pr, dom, queryValues=randomField(0, (dim,), dt, device, 0),
@@ -435,7 +440,7 @@ def test_laplacian_positive_divergence_shape_errors(device, dim, shape):
     dom = makeDomain(dim, dt, device)
     q = cloud(5, dim, dt, device, seed=1)
     f = randomField(5, shape, dt, device, seed=1)
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         pr = props(LAP, laplacianMode=lscheme, positiveDivergence=True)
         with pytest.raises(ValueError) as e:
             warpOperation(q, pr, dom, queryValues=f)

@@ -40,6 +40,11 @@ from warpSPHCore import (
     WarpOperation,
 )
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operators import operatorEntry  # noqa: E402
+
+#: the Laplacian schemes that need no per-query state (Consistent needs its
+#: LaplacianCorrectionState: tests/operations/test_laplacian_consistent_scheme.py)
+STATELESS_LAPLACIAN = operatorEntry(WarpOperation.Laplacian).statelessValues("laplacianMode")
 
 F64 = torch.float64
 LAP = WarpOperation.Laplacian
@@ -113,7 +118,7 @@ def _distinctCheck(q, r, dom, pr, traversal, shape, corr, tied=False):
 
 def _schemeCases():
     cases = []
-    for lscheme in LaplacianScheme:
+    for lscheme in STATELESS_LAPLACIAN:
         for gscheme in GradientScheme:
             for corr in CORRECTIONS:
                 if lscheme == NAIVE and ("crk" in corr or "renorm" in corr):
@@ -150,7 +155,7 @@ def test_laplacian_gradcheck_traversals(device, traversal, lscheme):
 
 
 @pytest.mark.parametrize("cloned", [False, True], ids=["distinct", "cloned"])
-@pytest.mark.parametrize("lscheme", list(LaplacianScheme), ids=lambda s: s.name)
+@pytest.mark.parametrize("lscheme", STATELESS_LAPLACIAN, ids=lambda s: s.name)
 def test_laplacian_gradcheck_distinct(device, lscheme, cloned):
     """Distinct reference sets (separate query/reference Omegas, masses, densities) and cloned
     coordinates (every query on its reference twin, r = 0; the reference positions are the
@@ -171,7 +176,7 @@ def test_laplacian_gradcheck_distinct(device, lscheme, cloned):
     _distinctCheck(q, r, dom, pr, traversal, _fieldShape(lscheme, 2), corr, tied=cloned)
 
 
-@pytest.mark.parametrize("lscheme", list(LaplacianScheme), ids=lambda s: s.name)
+@pytest.mark.parametrize("lscheme", STATELESS_LAPLACIAN, ids=lambda s: s.name)
 def test_laplacian_gradcheck_positive_divergence(device, lscheme):
     """positiveDivergence, with a field whose x_ij . q_ij stays away from 0 on every pair
     (the pair selection is frozen under the finite differences)."""
@@ -231,7 +236,7 @@ def test_laplacian_gradcheck_dimensions(device, dim, traversal, lscheme, gscheme
                    corr)
 
 
-@pytest.mark.parametrize("lscheme", list(LaplacianScheme), ids=lambda s: s.name)
+@pytest.mark.parametrize("lscheme", STATELESS_LAPLACIAN, ids=lambda s: s.name)
 def test_laplacian_gradcheck_coincident(device, lscheme):
     """Self pairs and a coincident distinct pair (r = 0) with CRK, G(0) != 0 (W12): the
     backward is finite and exact. Particles 0 and 1 share one position leaf row, so the pair

@@ -24,7 +24,12 @@ from sph_reference import makeDomain, marginCloud, neighbourStructure, props
 
 from warpSPHCore import CRKState, WarpOperation
 from warpSPHCore.operations import warpOperation
+from warpSPHCore.operators import operatorEntry  # noqa: E402
 from warpSPHCore.util import hostSyncCensus as _census
+
+#: the Laplacian schemes that need no per-query state (Consistent needs its
+#: LaplacianCorrectionState: tests/operations/test_laplacian_consistent_scheme.py)
+STATELESS_LAPLACIAN = operatorEntry(WarpOperation.Laplacian).statelessValues("laplacianMode")
 
 F64 = torch.float64
 OPS = [WarpOperation.Density, WarpOperation.Interpolate, WarpOperation.Gradient,
@@ -225,7 +230,7 @@ def _schemeCases():
         for g in GradientScheme:
             for corr in _CORRS:
                 cases.append((op, dict(gradientMode=g), corr, shape))
-    for lap in LaplacianScheme:
+    for lap in STATELESS_LAPLACIAN:
         for g in GradientScheme:
             for corr in (("none", "gradH", "crk+renorm") if lap != LaplacianScheme.Naive
                          else ("none", "gradH", "volumes")):

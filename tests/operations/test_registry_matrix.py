@@ -112,9 +112,12 @@ COVERAGE = {
         REFERENCE: ("test_laplacian::test_laplacian_brute_force",),
     },
     ("Laplacian", "laplacianMode"): {
-        GRADCHECK: ("test_laplacian_gradcheck::test_laplacian_gradcheck_schemes",),
-        JVP: _LAP_JVP,
-        REFERENCE: ("test_laplacian::test_laplacian_brute_force",),
+        GRADCHECK: ("test_laplacian_gradcheck::test_laplacian_gradcheck_schemes",
+                    "test_laplacian_consistent_scheme::test_consistent_scheme_gradcheck"),
+        JVP: _LAP_JVP + ("test_forward_mode_geometry_jvp_laplacian_consistent::"
+                         "test_consistent_scheme_jvp",),
+        REFERENCE: ("test_laplacian::test_laplacian_brute_force",
+                    "test_laplacian_consistent_scheme::test_consistent_scheme_matches_reference"),
     },
     ("Laplacian", "gradientMode"): {
         GRADCHECK: ("test_laplacian_gradcheck::test_laplacian_gradcheck_schemes",),
@@ -238,6 +241,12 @@ def sweeps(module, func, option: Option, value) -> bool:
         for cls in _aliases(module, type(value)):
             if re.search(rf"\b{cls}\.{value.name}\b", source) or re.search(
                     rf"(\bin\s+|list\(\s*){cls}\b", source):
+                return True
+        # iterates a module-level collection that holds the member (the Laplacian schemes
+        # that need no state, `OperatorEntry.statelessValues`)
+        for name, coll in vars(module).items():
+            if (isinstance(coll, (tuple, list)) and any(v is value for v in coll)
+                    and re.search(rf"(\bin\s+|list\(\s*){name}\b", source)):
                 return True
     elif _namesOption(source, params, option.name):
         return True

@@ -32,6 +32,11 @@ from warpSPHCore import (
     sphOperation_warp,
     warpOperation,
 )
+from warpSPHCore.operators import operatorEntry  # noqa: E402
+
+#: the Laplacian schemes that need no per-query state (Consistent needs its
+#: LaplacianCorrectionState: tests/operations/test_laplacian_consistent_scheme.py)
+STATELESS_LAPLACIAN = operatorEntry(WarpOperation.Laplacian).statelessValues("laplacianMode")
 
 F64 = torch.float64
 DIV, CURL, LAP = WarpOperation.Divergence, WarpOperation.Curl, WarpOperation.Laplacian
@@ -202,7 +207,7 @@ def test_adapter_options_pass_through(device):
     assert out.shape == (NQ, 2)
     assert torch.equal(out, _structured(c, props(CURL), Tq, Tr, **st))
 
-    for lap in LaplacianScheme:
+    for lap in STATELESS_LAPLACIAN:
         out = _flat(c, operation=LAP, laplacianMode=lap, positiveDivergence=True, **common,
                     **fl)
         pr = props(LAP, laplacianMode=lap, positiveDivergence=True)

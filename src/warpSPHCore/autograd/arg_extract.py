@@ -81,7 +81,7 @@ __all__ = [
 # Fixed slot indices (autodiff.md §4.5). The layout is frozen.
 # --------------------------------------------------------------------------------------
 
-STATE_SIZE = 36
+STATE_SIZE = 38
 _QPOS, _RPOS, _QSUP, _RSUP, _QMAS, _RMAS, _QDEN, _RDEN, _QK, _RK = range(10)
 _RENORM_MAT = 10
 _QOMEGA, _ROMEGA = 11, 12
@@ -92,6 +92,8 @@ _ADJ_LIST, _ADJ_OFFSETS, _ADJ_NUM = 23, 24, 25
 _GRID_SORT, _GRID_QMIN, _GRID_QMAX, _GRID_NUMCELLS = 26, 27, 28, 29
 _GRID_HASH, _GRID_CELLS, _GRID_OFFSETS = 30, 31, 32
 _DOM_MIN, _DOM_MAX, _DOM_PERIODIC = 33, 34, 35
+# appended for the consistent Laplacian (issue 18): slots 0-35 keep the seed's indices
+_LAP_MAT, _LAP_VEC = 36, 37
 _NO_TANGENT_HOME = frozenset({27, 28, 33, 34})
 
 SLOT_NAMES = (
@@ -103,6 +105,7 @@ SLOT_NAMES = (
     "grid_sortIndex", "grid_qMin", "grid_qMax", "grid_numCells", "grid_hashTable",
     "grid_cellTable", "grid_cellOffsets",
     "domainMin", "domainMax", "periodicity",
+    "lapMat", "lapVec",
 )
 assert len(SLOT_NAMES) == STATE_SIZE
 
@@ -159,8 +162,10 @@ def _correctionArrays(vec, mat, s):
 
 def _correctionFields(vec, mat, s):
     f = {"useGradientRenormalization": wp.bool, "useVolume": wp.bool, "useGradHTerms": wp.bool,
-         "useCRK": wp.bool}
+         "useCRK": wp.bool, "useConsistentLaplacian": wp.bool}
     f.update(_correctionArrays(vec, mat, s))
+    # the consistent Laplacian's per-query B_i and gamma_i (`LaplacianCorrectionState`)
+    f.update({"laplacianMatrices": wp.array(dtype=mat), "laplacianVectors": wp.array(dtype=vec)})
     return f
 
 
@@ -438,8 +443,11 @@ def _bool(v) -> bool:
 
 def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=None,
                      referenceVolumes=None, adjacency=None, referenceParticles=None,
-                     crkState=None, gradHState=None, renormalizationState=None, site: int = 0):
-    """Flatten one call's state into the 36-slot list and return it with `build_fn`.
+                     crkState=None, gradHState=None, renormalizationState=None, site: int = 0,
+                     laplacianState=None):
+    """Flatten one call's state into the flat slot list and return it with `build_fn`: the
+    seed's 36 slots (`autodiff.md` §4.5, indices unchanged) and two appended ones, the
+    consistent Laplacian's ``B`` (36) and ``gamma`` (37) (docs/autograd.md).
 
     Args:
         queryParticles, referenceParticles: `ParticleState`s (reference None aliases the
@@ -451,11 +459,14 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         adjacency: `AdjacencyList` (CSR), `CompactHashMap` (grid) or None (a grid is built
             with SuperSymmetric and ``getNextPrime(N_r)``; no host sync).
         crkState, gradHState, renormalizationState: correction states or None.
+        laplacianState: a `LaplacianCorrectionState` (or any object with ``B [N_q, d, d]``
+            and ``gamma [N_q, d]``) or None.
         site: the `util.errorFlags.siteId` of the launch, stored in the adjacency and grid
             structs beside the device's error buffer (names the operator in error reports).
 
     Returns:
-        ``(flat, build_fn)``: `flat` has exactly 36 entries (tensors or null `Field`s);
+        ``(flat, build_fn)``: `flat` has exactly `STATE_SIZE` entries (tensors or null
+        `Field`s);
         ``build_fn(warp_arrays, use_bundle=False)`` returns the eight kernel-ABI arguments
         (query SoA, reference SoA, domainData, useAdjacency, adjacencyData, gridData,
         correctionData, kernelState). `build_fn.config` holds the captured non-tensor
@@ -557,6 +568,9 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
                         "accepted: AdjacencyList, CompactHashMap or None")
 
     flat[_DOM_MIN], flat[_DOM_MAX], flat[_DOM_PERIODIC] = domain.min, domain.max, domain.periodic
+    useLap = laplacianState is not None
+    flat[_LAP_MAT] = laplacianState.B if useLap else null(FieldKind.MATRIX)
+    flat[_LAP_VEC] = laplacianState.gamma if useLap else null(FieldKind.VECTOR)
 
     props = operationProperties
     calibrate, coefficient = resolveNormalization(props, d)
@@ -570,6 +584,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         "useVolume": useVolume,
         "useGradHTerms": useGradH,
         "useCRK": useCRK,
+        "useConsistentLaplacian": useLap,
         "queryHasDensities": qDen is not None,
         "referenceHasDensities": rDen is not None,
         "kernelFunction": int(props.kernel),
@@ -628,7 +643,9 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
             "useCRK": useCRK, "queryA": a[_QCRK_A], "queryB": a[_QCRK_B],
             "queryGradA": a[_QCRK_GRADA], "queryGradB": a[_QCRK_GRADB],
             "referenceA": a[_RCRK_A], "referenceB": a[_RCRK_B],
-            "referenceGradA": a[_RCRK_GRADA], "referenceGradB": a[_RCRK_GRADB]})
+            "referenceGradA": a[_RCRK_GRADA], "referenceGradB": a[_RCRK_GRADB],
+            "useConsistentLaplacian": useLap, "laplacianMatrices": a[_LAP_MAT],
+            "laplacianVectors": a[_LAP_VEC]})
         ks = mk(kernelT, "kernelState", {
             "kernelFunction": config["kernelFunction"],
             "supportMode": config["supportMode"],

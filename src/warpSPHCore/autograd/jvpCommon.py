@@ -6,12 +6,17 @@ kernel through the same bridge as the primal operators, with ``jvp_fn=None``: th
 reverse-differentiable with respect to primals, tangents and frozen values (reverse over
 forward), and a dual tensor reaching it raises.
 
-Flat list: slots 0-35 come from the **same** `extractStateInfo` as the primal call (kinds,
-mode, calibration, adjacency or grid, domain), followed by the tangent block
+Flat list: slots 0-37 come from the **same** `extractStateInfo` as the primal call (kinds,
+mode, calibration, adjacency or grid, domain, the consistent Laplacian's B and gamma),
+followed by the tangent block (offsets from ``T = STATE_SIZE``)
 
-    36 tqPos  37 trPos  38 tqSup  39 trSup  40 tqMas (always a null: no formula reads query
-    masses)  41 trMas  42 tqDen  43 trDen  44 trVol  45-48 tqcrk A/B/gradA/gradB  49 tL
-    50 values (frozen, flat [N_q F | N_r F])  51 tValues (their tangent, same layout)
+    T+0 tqPos  T+1 trPos  T+2 tqSup  T+3 trSup  T+4 tqMas (always a null: no formula reads
+    query masses)  T+5 trMas  T+6 tqDen  T+7 trDen  T+8 trVol  T+9..12 tqcrk A/B/gradA/gradB
+    T+13 tL  T+14 values (frozen, flat [N_q F | N_r F])  T+15 tValues (their tangent)
+
+The consistent Laplacian's B and gamma have no tangent slot: the operator is linear in them,
+so their tangent is the primal launch with (dB, dgamma) in their place
+(`operationsJVP.jvpFromContext`).
 
 Missing tangents are zero-filled null placeholders and the pack carries a presence flag for
 each, so no placeholder is ever indexed. Kernel ABI (a documented deviation from the spec's
@@ -45,7 +50,7 @@ __all__ = ["GeometryTangents", "launchGeometryJVP", "TANGENT_SLOTS", "hvp"]
 TANGENT_SLOTS = ("tqPos", "trPos", "tqSup", "trSup", "tqMas", "trMas", "tqDen", "trDen",
                  "trVol", "tqcrk_A", "tqcrk_B", "tqcrk_gradA", "tqcrk_gradB", "tRenormMat",
                  "values", "tValues")
-_T0 = STATE_SIZE  # first tangent slot (36)
+_T0 = STATE_SIZE  # first tangent slot
 
 
 @dataclass
@@ -55,7 +60,9 @@ class GeometryTangents:
     Particle tangents: ``qPositions [N_q, d]``, ``qSupports``, ``qDensities [N_q]``,
     ``rPositions [N_r, d]``, ``rSupports``, ``rMasses``, ``rDensities``, ``rVolumes [N_r]``;
     correction tangents ``crk`` (a `CRKTangentState`) and ``renorm`` (``[N_q, d, d]``);
-    ``values``/``tValues``: the frozen flat field ``[N_q F | N_r F]`` and its tangent.
+    ``values``/``tValues``: the frozen flat field ``[N_q F | N_r F]`` and its tangent;
+    ``laplacian``: the tangent (``B``, ``gamma``) of the consistent Laplacian's state (handled
+    by `operationsJVP.jvpFromContext` by linearity, never by a Tier-2 kernel).
     """
 
     qPositions: Optional[torch.Tensor] = None
@@ -70,12 +77,14 @@ class GeometryTangents:
     renorm: Optional[torch.Tensor] = None
     values: Optional[torch.Tensor] = None
     tValues: Optional[torch.Tensor] = None
+    laplacian: Any = None
 
     @property
     def hasGeometry(self) -> bool:
         return any(t is not None for t in (
             self.qPositions, self.qSupports, self.qDensities, self.rPositions, self.rSupports,
-            self.rMasses, self.rDensities, self.rVolumes, self.crk, self.renorm))
+            self.rMasses, self.rDensities, self.rVolumes, self.crk, self.renorm,
+            self.laplacian))
 
 
 def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outputDtype=None,
@@ -100,7 +109,7 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         ctx.query, ctx.properties, ctx.domain, queryVolumes=c.volumes[0],
         referenceVolumes=c.volumes[1], adjacency=ctx.adjacency, referenceParticles=ctx.reference,
         crkState=c.crk, gradHState=c.gradH, renormalizationState=c.renorm,
-        site=siteId(kernel))
+        site=siteId(kernel), laplacianState=c.laplacian)
     qPos = ctx.query.positions
     d, tdtype, device = int(qPos.shape[1]), qPos.dtype, qPos.device
     s = warpScalar(tdtype)

@@ -127,12 +127,15 @@ class OperatorSpec:
 
 @dataclass(frozen=True)
 class Corrections:
-    """Per-call corrections: ``volumes=(queryVolumes, referenceVolumes)``, crk, gradH, renorm."""
+    """Per-call corrections: ``volumes=(queryVolumes, referenceVolumes)``, crk, gradH, renorm,
+    and the consistent Laplacian's state ``laplacian`` (read by `LaplacianScheme.Consistent`
+    only)."""
 
     volumes: tuple[Any, Any] = (None, None)
     crk: Any = None
     gradH: Any = None
     renorm: Any = None
+    laplacian: Any = None
 
 
 EMPTY_CORRECTIONS = Corrections()
@@ -257,4 +260,4 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **ext
                        c.volumes[1], ctx.adjacency, ctx.reference, c.crk, c.gradH, c.renorm,
                        additional, outputShape, outputDtype, numThreads=numThreads,
                        jvp_fn=jvp_fn, extraKinds=kinds, reverse=spec.reverse,
-                       specialize=spec.specialize)
+                       specialize=spec.specialize, laplacian=c.laplacian)

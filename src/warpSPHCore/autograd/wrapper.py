@@ -96,9 +96,9 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
 def launchState(kernel, query, properties, domain, queryVolumes, referenceVolumes, adjacency,
                 reference, crk, gradH, renorm, additionalArguments=(), outputShape=None,
                 outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None,
-                reverse=None, specialize=None):
+                reverse=None, specialize=None, laplacian=None):
     """Run one operator launch through the bridge (`launchOperator` passes its `SPHContext`
-    fields here: the call's state goes straight to the 36 flat slots and the structs).
+    fields here: the call's state goes straight to the flat slots and the structs).
 
     Args:
         kernel: Warp kernel with the canonical ABI.
@@ -113,12 +113,13 @@ def launchState(kernel, query, properties, domain, queryVolumes, referenceVolume
         reverse: optional `reverse.ReverseSpec` (a hand-written reverse kernel).
         specialize: optional factory of specialised forward-only kernels
             (`autograd.specialize`).
+        laplacian: the consistent Laplacian's state or None.
     """
     flat, build_state = extractStateInfo(query, properties, domain, queryVolumes=queryVolumes,
                                          referenceVolumes=referenceVolumes, adjacency=adjacency,
                                          referenceParticles=reference, crkState=crk,
                                          gradHState=gradH, renormalizationState=renorm,
-                                         site=siteId(kernel))
+                                         site=siteId(kernel), laplacianState=laplacian)
     return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
                        additionalArguments, outputShape, outputDtype, numThreads=numThreads,
                        jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse,

@@ -21,11 +21,15 @@ G_ij the kernel gradient and the symmetrised Brookshaw pair weight
    ``<lap f>_i = sum_j V_j (f_j - f_i) B_i : w_ij - beta_i . <grad f>_i``,
    ``beta_i[c] = B_i : N3_i[c]``.
 
-The Laplacian is therefore two registry operator calls: a Brookshaw Laplacian whose
-renormalization slot holds ``-B_i / 2`` (its pair term ``-2 q_ij (L G) . x_ij / D^2`` becomes
-``q_ij B : w_ij``) and a renormalized Difference Gradient, dotted with beta. Both traversals,
-kinds and modes, volumes, periodicity, 1D/2D/3D, float32/float64 and the derivatives of those
-operators carry over. The Hessian takes K Brookshaw calls (one per Voigt component).
+The Laplacian is the registry scheme ``LaplacianScheme.Consistent`` (`operators.laplacian`):
+one fused pass ``sum_j q_ij G_ij . (B_i x_ij / D^2 - gamma_i)`` with ``gamma_i = L_i^T beta_i``
+(``beta . (L G) = (L^T beta) . G``, so the kernel reads B and gamma and no L), carried by the
+state in two appended flat slots. Both traversals, kinds and modes, volumes, periodicity,
+1D/2D/3D, float32/float64, reverse and forward mode come with the registry.
+(The first version was two registry calls: Brookshaw with the renormalization slot
+``-B_i / 2``, whose pair term ``-2 q_ij (L G) . x_ij / D^2`` becomes ``q_ij B : w_ij``, minus
+``beta . <grad f>``; twice the cost, the same numbers.) The Hessian takes K Brookshaw calls
+(one per Voigt component).
 
 Exactness: constant, linear and quadratic fields give the exact Laplacian and Hessian (to
 rounding) wherever C_i and A_i are regular. Two kinds of rows fall back to Brookshaw's
@@ -40,11 +44,12 @@ limit separates the two populations with a wide margin (4 to 64 pick the same ro
 tested lattices).
 
 Derivatives: reverse mode through everything (the moments kernel's Warp adjoint, torch for
-the rest). Forward mode: value tangents with a fixed state through dual tensors; geometry
-(and value) tangents through the explicit route `computeLaplacianCorrectionJVP` (the
-moments' Tier-2 kernel and the exact derivatives of the solve) and `consistentLaplacianJVP`
-(`warpOperationJVP` on the two calls with renormalization-slot tangents). A dual tensor
-reaching `computeLaplacianCorrection` raises NotImplementedError naming the explicit route.
+the rest, the scheme's adjoint to B and gamma). Forward mode: the scheme takes value,
+geometry and state tangents (`warpOperationJVP` with ``laplacianCorrectionTangentState``, or
+dual tensors); the state's own geometry tangents come from the explicit route
+`computeLaplacianCorrectionJVP` (the moments' Tier-2 kernel and the exact derivatives of the
+solve), which `consistentLaplacianJVP` combines. A dual tensor reaching
+`computeLaplacianCorrection` raises NotImplementedError naming the explicit route.
 No host sync: the solve is a hand-written batched Gauss-Jordan elimination (no
 `torch.linalg`).
 """
@@ -52,11 +57,11 @@ No host sync: the solve is a hand-written batched Gauss-Jordan elimination (no
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
 from ..autograd.operator_spec import launchOperator
+from ..dataTypes.corrections import LaplacianCorrectionState, LaplacianCorrectionTangentState
 from ..enumTypes import GradientScheme, LaplacianScheme, WarpOperation
 from ..operations import warpOperation
 from ..preparation import _prepareCall
@@ -76,27 +81,6 @@ PIVOT_TOLERANCE = 1e-10
 #: a row whose modified renormalization tensor has an entry above this (Brookshaw's is 2 on
 #: the diagonal) is ill-conditioned (a free wall, a corner) and falls back
 B_LIMIT = 16.0
-
-
-@dataclass
-class LaplacianCorrectionState:
-    """Per-query state of the consistent scheme (module docstring).
-
-    Attributes:
-        L: ``[N_q, d, d]`` renormalization matrices.
-        B: ``[N_q, d, d]`` modified renormalization tensor (symmetric).
-        beta: ``[N_q, d]``, ``B : N3[c]``.
-        Ainv: ``[N_q, K, K]`` inverse of the Voigt matrix A (the Hessian's solve).
-        N3: ``[N_q, d, d, d]`` moment ``sum V r_c w_pq``.
-        fallback: bool ``[N_q]``: rows that fell back to Brookshaw.
-    """
-
-    L: torch.Tensor
-    B: torch.Tensor
-    beta: torch.Tensor
-    Ainv: torch.Tensor
-    N3: torch.Tensor
-    fallback: torch.Tensor
 
 
 def voigtPairs(d: int):
@@ -218,19 +202,8 @@ def _state(L, M3, N3, M4, bLimit=B_LIMIT):
     B = torch.where(singular[:, None, None], -2.0 * eye, B)
     beta = torch.einsum("npq,ncpq->nc", B, N3)
     beta = torch.where(singular[:, None], torch.zeros_like(beta), beta)
-    return LaplacianCorrectionState(L, B, beta, Ainv, N3, singular), (T, e, idx)
-
-
-@dataclass
-class LaplacianCorrectionTangentState:
-    """Tangents of a `LaplacianCorrectionState` (`computeLaplacianCorrectionJVP`): ``L``,
-    ``B``, ``beta``, ``Ainv``, ``N3`` (fallback rows: zero ``B`` and ``beta`` tangents)."""
-
-    L: torch.Tensor
-    B: torch.Tensor
-    beta: torch.Tensor
-    Ainv: torch.Tensor
-    N3: torch.Tensor
+    gamma = torch.einsum("nck,nc->nk", L, beta)
+    return LaplacianCorrectionState(L, B, beta, gamma, Ainv, N3, singular), (T, e, idx)
 
 
 def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
@@ -311,7 +284,8 @@ def computeLaplacianCorrectionJVP(queryParticles, operationProperties, domain,
     dB = torch.where(state.fallback[:, None, None], torch.zeros_like(dB), dB)
     dbeta = torch.einsum("npq,ncpq->nc", dB, N3) + torch.einsum("npq,ncpq->nc", state.B, dN3)
     dbeta = torch.where(state.fallback[:, None], torch.zeros_like(dbeta), dbeta)
-    return state, LaplacianCorrectionTangentState(dL, dB, dbeta, dAinv, dN3)
+    dgamma = torch.einsum("nck,nc->nk", dL, state.beta) + torch.einsum("nck,nc->nk", L, dbeta)
+    return state, LaplacianCorrectionTangentState(dL, dB, dbeta, dgamma, dAinv, dN3)
 
 
 def _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
@@ -335,12 +309,19 @@ def _gradient(queryParticles, props, domain, L, **kw):
     return warpOperation(queryParticles, p, domain, renormalizationState=L, **kw)
 
 
+def _consistentProperties(operationProperties):
+    return dataclasses.replace(operationProperties, operation=WarpOperation.Laplacian,
+                               laplacianMode=LaplacianScheme.Consistent,
+                               gradientMode=GradientScheme.Difference)
+
+
 def consistentLaplacian(queryParticles, operationProperties, domain, correction,
                         queryValues, referenceValues=None, queryVolumes=None,
                         referenceVolumes=None, adjacency=None, referenceParticles=None):
-    """The first-order-consistent Laplacian ``[N_q, *S]`` of a field ``[N, *S]`` (module
-    docstring): a Brookshaw call with the renormalization slot ``-B / 2`` minus
-    ``beta . <grad f>`` (renormalized Difference Gradient). `correction` is the
+    """The first-order-consistent Laplacian ``[N_q, *S]`` of a field ``[N, *S]``: the
+    registry's ``LaplacianScheme.Consistent`` (one fused pass,
+    ``sum_j q_ij G_ij . (B_i x_ij / D^2 - gamma_i)``, module docstring) through
+    `warpOperation`, with the operation and schemes set here. `correction` is the
     `LaplacianCorrectionState` of `computeLaplacianCorrection` for the same particles,
     volumes and kernel.
 
@@ -358,16 +339,14 @@ def consistentLaplacian(queryParticles, operationProperties, domain, correction,
         referenceParticles: `ParticleState` or None (the query set).
 
     Returns:
-        ``[N_q, *S]``; differentiable in reverse mode (w.r.t. the values and, through the
-        state, the geometry) and in forward mode w.r.t. the values.
+        ``[N_q, *S]``; differentiable in reverse mode (w.r.t. the values, the geometry and,
+        through the state, the geometry again) and in forward mode (dual tensors, or
+        `consistentLaplacianJVP`).
     """
-    kw = _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
-                   referenceParticles)
-    lap = _brookshaw(queryParticles, operationProperties, domain, -0.5 * correction.B, **kw)
-    grad = _gradient(queryParticles, operationProperties, domain, correction.L, **kw)
-    n, d = correction.beta.shape
-    beta = correction.beta.reshape(n, *([1] * (grad.dim() - 2)), d)
-    return lap - (grad * beta).sum(dim=-1)
+    return warpOperation(queryParticles, _consistentProperties(operationProperties), domain,
+                         laplacianCorrectionState=correction,
+                         **_callArgs(queryValues, referenceValues, queryVolumes,
+                                     referenceVolumes, adjacency, referenceParticles))
 
 
 def consistentLaplacianJVP(queryParticles, operationProperties, domain, correction,
@@ -379,15 +358,15 @@ def consistentLaplacianJVP(queryParticles, operationProperties, domain, correcti
                            referenceParticles=None):
     """Forward mode of `consistentLaplacian`: the tangent ``[N_q, *S]`` along value and
     particle tangents, with the state's tangent from `computeLaplacianCorrectionJVP`
-    (`warpOperationJVP` on the Brookshaw call with the renormalization tangent ``-dB / 2``
-    and on the Gradient with ``dL``, then the product rule on ``beta . <grad f>``).
+    (`warpOperationJVP` of the Consistent scheme: its Tier-2 kernel with the state frozen,
+    plus the scheme on the tangent state ``(dB, dgamma)``, in which it is linear).
 
     Args:
         queryParticles: as for `consistentLaplacian`.
         operationProperties: as for `consistentLaplacian`.
         domain: as for `consistentLaplacian`.
         correction: the `LaplacianCorrectionState`.
-        correctionTangent: its `LaplacianCorrectionTangentState`.
+        correctionTangent: its `LaplacianCorrectionTangentState` (None: a frozen state).
         queryValues: the field ``[N_q, *S]``.
         tangentQueryValues: its tangent or None.
         queryTangentState: `ParticleTangentState` of the queries or None.
@@ -405,30 +384,14 @@ def consistentLaplacianJVP(queryParticles, operationProperties, domain, correcti
     """
     from ..operationsJVP import warpOperationJVP
 
-    kw = dict(tangentQueryValues=tangentQueryValues,
-              tangentReferenceValues=tangentReferenceValues,
-              queryTangentState=queryTangentState, referenceTangentState=referenceTangentState,
-              queryValues=queryValues, referenceValues=referenceValues,
-              queryVolumes=queryVolumes, referenceVolumes=referenceVolumes,
-              tangentReferenceVolumes=tangentReferenceVolumes, adjacency=adjacency,
-              referenceParticles=referenceParticles)
-    brook = dataclasses.replace(operationProperties, operation=WarpOperation.Laplacian,
-                                laplacianMode=LaplacianScheme.Brookshaw,
-                                gradientMode=GradientScheme.Difference)
-    grad = dataclasses.replace(operationProperties, operation=WarpOperation.Gradient,
-                               gradientMode=GradientScheme.Difference)
-    dLap = warpOperationJVP(queryParticles, brook, domain, renormalizationState=-0.5 * correction.B,
-                            renormalizationTangentState=-0.5 * correctionTangent.B, **kw)
-    dGrad = warpOperationJVP(queryParticles, grad, domain, renormalizationState=correction.L,
-                             renormalizationTangentState=correctionTangent.L, **kw)
-    g = _gradient(queryParticles, operationProperties, domain, correction.L,
-                  **_callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes,
-                              adjacency, referenceParticles))
-    n, d = correction.beta.shape
-    lead = [1] * (g.dim() - 2)
-    beta = correction.beta.reshape(n, *lead, d)
-    dbeta = correctionTangent.beta.reshape(n, *lead, d)
-    return dLap - (dGrad * beta).sum(dim=-1) - (g * dbeta).sum(dim=-1)
+    return warpOperationJVP(
+        queryParticles, _consistentProperties(operationProperties), domain,
+        tangentQueryValues=tangentQueryValues, tangentReferenceValues=tangentReferenceValues,
+        queryTangentState=queryTangentState, referenceTangentState=referenceTangentState,
+        queryValues=queryValues, referenceValues=referenceValues, queryVolumes=queryVolumes,
+        referenceVolumes=referenceVolumes, tangentReferenceVolumes=tangentReferenceVolumes,
+        adjacency=adjacency, referenceParticles=referenceParticles,
+        laplacianCorrectionState=correction, laplacianCorrectionTangentState=correctionTangent)
 
 
 def consistentHessian(queryParticles, operationProperties, domain, correction, queryValues,

@@ -6,6 +6,8 @@ from .corrections import (
     CRKState,
     CRKTangentState,
     GradHState,
+    LaplacianCorrectionState,
+    LaplacianCorrectionTangentState,
     RenormalizationState,
     RenormalizationTangentState,
 )
@@ -24,6 +26,8 @@ __all__ = [
     "CRKState",
     "CRKTangentState",
     "GradHState",
+    "LaplacianCorrectionState",
+    "LaplacianCorrectionTangentState",
     "RenormalizationState",
     "RenormalizationTangentState",
     "LatticeSample",

@@ -16,6 +16,8 @@ __all__ = [
     "CRKState",
     "CRKTangentState",
     "GradHState",
+    "LaplacianCorrectionState",
+    "LaplacianCorrectionTangentState",
     "RenormalizationState",
     "RenormalizationTangentState",
     "asGradHState",
@@ -145,3 +147,47 @@ def asRenormalizationState(value) -> RenormalizationState | None:
         f"renormalizationState has type {type(value).__name__}; accepted: RenormalizationState "
         "or a tensor [N, d, d]"
     )
+
+
+@dataclass
+class LaplacianCorrectionState:
+    """Per-query state of the consistent Laplacian and Hessian (`LaplacianScheme.Consistent`,
+    built by `corrections.computeLaplacianCorrection`; the scheme: `corrections.secondDerivatives`).
+
+    The Consistent kernel reads ``B`` and ``gamma`` only (its pair term is
+    ``q_ij G_ij . (B_i x_ij / D^2 - gamma_i)``); the other members serve the Hessian and the
+    forward mode of the builder.
+
+    Attributes:
+        L: ``[N_q, d, d]`` renormalization matrices.
+        B: ``[N_q, d, d]`` modified renormalization tensor (symmetric).
+        beta: ``[N_q, d]``, ``B : N3[c]``.
+        gamma: ``[N_q, d]``, ``L^T beta``: the first-derivative correction the kernel applies.
+        Ainv: ``[N_q, K, K]`` inverse of the Voigt matrix A (the Hessian's solve).
+        N3: ``[N_q, d, d, d]`` moment ``sum V r_c w_pq``.
+        fallback: bool ``[N_q]``: rows that fell back to Brookshaw (``B = -2 I``,
+            ``beta = gamma = 0``).
+    """
+
+    L: torch.Tensor
+    B: torch.Tensor
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    Ainv: torch.Tensor
+    N3: torch.Tensor
+    fallback: torch.Tensor
+
+
+@dataclass
+class LaplacianCorrectionTangentState:
+    """Tangents of a `LaplacianCorrectionState` (`corrections.computeLaplacianCorrectionJVP`):
+    ``L``, ``B``, ``beta``, ``gamma``, ``Ainv``, ``N3`` (fallback rows: zero ``B``, ``beta``
+    and ``gamma`` tangents). A direction of ``B`` and ``gamma`` alone is enough for
+    `warpOperationJVP` (the other members may be None)."""
+
+    L: torch.Tensor | None = None
+    B: torch.Tensor | None = None
+    beta: torch.Tensor | None = None
+    gamma: torch.Tensor | None = None
+    Ainv: torch.Tensor | None = None
+    N3: torch.Tensor | None = None

@@ -30,6 +30,7 @@ from ._declarations import (
     JVPScope,
     Option,
     RejectedOption,
+    SchemeState,
     ValueInputs,
     matches,
 )
@@ -46,7 +47,7 @@ from ._shapes import (
 
 __all__ = ["OperatorEntry", "OPERATORS", "operatorEntry", "CORRECTIONS", "CORRECTION_LABELS",
            "GEOMETRY_TANGENTS", "CorrectionUse", "CorrectionUses", "Ignored", "JVPScope",
-           "Option", "RejectedOption", "ValueInputs", "matches"]
+           "Option", "RejectedOption", "SchemeState", "ValueInputs", "matches"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class OperatorEntry:
         jvp: its forward-mode `JVPScope`.
         dims: the dimensions it is compiled for.
         dtypes: the scalar types it is compiled for.
+        schemeStates: `SchemeState`s: per-query states that one option value needs (the
+            consistent Laplacian's).
     """
 
     operation: WarpOperation
@@ -91,6 +94,7 @@ class OperatorEntry:
     options: tuple = ()
     dims: tuple = (1, 2, 3)
     dtypes: tuple = (torch.float32, torch.float64)
+    schemeStates: tuple = ()
 
     @property
     def spec(self):
@@ -101,6 +105,12 @@ class OperatorEntry:
     def option(self, name: str):
         """The `Option` called ``name``, or None when the operator has no such option."""
         return next((o for o in self.options if o.name == name), None)
+
+    def statelessValues(self, name: str) -> tuple:
+        """The values of option ``name`` that need no `SchemeState` (every Laplacian scheme but
+        Consistent): what a call without per-query scheme state may choose."""
+        needs = {ss.value for ss in self.schemeStates if ss.option == name}
+        return tuple(v for v in self.option(name).values if v not in needs)
 
     def applied(self, properties) -> tuple:
         """The correction states a call with these properties applies."""
@@ -150,6 +160,15 @@ _NOT_NAIVE = CorrectionUse(ignoredWith=Ignored("laplacianMode", LaplacianScheme.
 _BOTH_OMEGAS = CorrectionUse(note="f_i and f_j")
 
 _GRADIENT_MODE = Option("gradientMode", tuple(GradientScheme))
+# the consistent Laplacian (issue 18): its own per-query correction, q_ij = (f_j - f_i) V_j
+_CONSISTENT_LAPLACIAN = SchemeState(
+    "laplacianMode", LaplacianScheme.Consistent, "laplacianCorrectionState", "laplacian",
+    members=(("B", ("d", "d")), ("gamma", ("d",))),
+    excludes=("crk", "gradH", "renorm"),
+    excludedOptions=(("gradientMode", GradientScheme.Symmetric,
+                      "its pair difference is (f_j - f_i) V_j (Naive, Difference or Summation)"),
+                     ("positiveDivergence", True,
+                      "a pair selection by the values breaks its exactness")))
 _ALL_GEOMETRY = GEOMETRY_TANGENTS
 _CORRECTED_JVP = dict(valueTangents=True, geometry=_ALL_GEOMETRY,
                       correctionTangents=("crk", "renorm"), rejectedStates=("gradH",))
@@ -205,7 +224,8 @@ OPERATORS = {
         corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_NOT_NAIVE, gradH=_BOTH_OMEGAS,
                                    renorm=_NOT_NAIVE),
         options=(Option("laplacianMode", tuple(LaplacianScheme)), _GRADIENT_MODE,
-                 Option("positiveDivergence", (False, True)))),
+                 Option("positiveDivergence", (False, True))),
+        schemeStates=(_CONSISTENT_LAPLACIAN,)),
     WarpOperation.Covariance: OperatorEntry(
         WarpOperation.Covariance, "covariance", "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
         "`[N_q, d, d]` (+ int32 count `[N_q]`)", matrixShape,

@@ -17,7 +17,8 @@ from typing import Any, Optional
 from ..dataTypes.operationProperties import OperationProperties
 
 __all__ = ["CORRECTIONS", "CORRECTION_LABELS", "GEOMETRY_TANGENTS", "ValueInputs", "Option",
-           "Ignored", "CorrectionUse", "CorrectionUses", "RejectedOption", "JVPScope", "matches"]
+           "Ignored", "CorrectionUse", "CorrectionUses", "RejectedOption", "JVPScope",
+           "SchemeState", "matches"]
 
 #: the correction states of a call, named as the fields of `autograd.operator_spec.Corrections`
 CORRECTIONS = ("volumes", "crk", "gradH", "renorm")
@@ -138,6 +139,36 @@ class CorrectionUses:
 
     def items(self):
         return tuple((name, getattr(self, name)) for name in CORRECTIONS)
+
+
+@dataclass(frozen=True)
+class SchemeState:
+    """A per-query state that one option value needs and no other reads (the consistent
+    Laplacian's `LaplacianCorrectionState`).
+
+    Args:
+        option: the `Option` name (``laplacianMode``).
+        value: the option value that reads the state.
+        keyword: the `warpOperation` keyword that carries it (``laplacianCorrectionState``);
+            it reaches the context as ``Corrections.<field>``.
+        field: the `autograd.operator_spec.Corrections` field (``laplacian``).
+        members: ``(name, trailing shape)`` of what the kernel reads, ``"d"`` for the
+            dimension (``(("B", ("d", "d")), ("gamma", ("d",)))``).
+        excludes: correction states (`CORRECTIONS`) the scheme does not combine with (it
+            carries its own correction).
+        excludedOptions: ``(option, value, why)`` choices it does not combine with.
+    """
+
+    option: str
+    value: Any
+    keyword: str
+    field: str
+    members: tuple
+    excludes: tuple = ()
+    excludedOptions: tuple = ()
+
+    def holds(self, properties) -> bool:
+        return matches(getattr(properties, self.option), self.value)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ hand-written reverse kernel (the same kernel body, compiled per configuration) a
 Gradient's forward-mode (Tier-2) kernel without support tangents (dG_ij = H_ij dx_ij from
 the same specialised evaluation as the reverse kernel's H u; the coefficient and its tangent
 are `fieldCoefficientJVP_ij`'s, the tangent pack's presence flags stay run-time values), and
-the Laplacian's forward kernel for the Brookshaw, Dot and Default schemes without CRK and
+the Laplacian's forward kernel for the Brookshaw, Dot, Default and Consistent schemes without CRK and
 positiveDivergence, with or without renormalization (the scheme a constant; q_ij is
 `laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme), and the
 Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
@@ -541,7 +541,12 @@ def _laplacianKernel(cfg: Configuration):
             Dn = r_ij + S(_REG_N) * h_ij
             n_ij = x_ij / Dn
             Gn = wp.dot(Gv, n_ij)
-            if wp.static(scheme == 3):
+            if wp.static(scheme == 5):
+                # laplacian.consistentDirection_ij with a state (the factory's condition)
+                v = wp.mul(corr.laplacianMatrices[i], x_ij) / (Dn * Dn) \
+                    - corr.laplacianVectors[i]
+                res = q_k * wp.dot(Gv, v)
+            elif wp.static(scheme == 3):
                 base = (k / wp.static(D)) * wp.static(D)
                 qn = blockDot(i, j, base, F, n_ij, q, r, corr, ks, extra)
                 res = (Gn / Dn) * (q_k - S(wp.static(float(D + 2))) * qn * n_ij[k - base])
@@ -572,12 +577,14 @@ def _laplacianKernel(cfg: Configuration):
 
 
 def laplacianSpecialized(config: dict):
-    """`OperatorSpec.specialize` of the Laplacian: the Brookshaw, Dot and Default schemes
-    without CRK (which corrects G_ij through W_ij) and positiveDivergence (a pair selection by
+    """`OperatorSpec.specialize` of the Laplacian: the Brookshaw, Dot, Default and
+    Consistent (with its state) schemes without CRK (which corrects G_ij through W_ij) and positiveDivergence (a pair selection by
     the values), with or without renormalization (a configuration flag); Naive (the analytic
     kernel Laplacian) stays generic."""
     scheme = int(config["laplacianMode"])
-    if scheme not in (2, 3, 4) or config["useCRK"] or config["positiveDivergenceMode"]:
+    if scheme not in (2, 3, 4, 5) or config["useCRK"] or config["positiveDivergenceMode"]:
+        return None
+    if scheme == 5 and not config["useConsistentLaplacian"]:
         return None
     cfg = configurationOf(config)
     if cfg is None:

@@ -26,6 +26,11 @@
                  phi_ij = (G . n_ij) / (r + 1e-8 h_ij), the projection blockwise over
                  consecutive d-blocks of the flat field; else 0
   Default (4)    r > 0: -2 q_ij (G . n_ij) / (r + 1e-12 h_ij); else 0
+  Consistent (5) r > 0: q_ij G . (B_i x_ij / D^2 - gamma_i), D = r + 1e-8 h_ij, with
+                 the call's `LaplacianCorrectionState` (B_i, gamma_i = L_i^T beta_i;
+                 `corrections.secondDerivatives`); exact for quadratic fields; else 0.
+                 q_ij = (f_j - f_i) V_j (no Symmetric, grad-h, CRK, renormalization or
+                 positiveDivergence: the call preparation rejects them)
   ============== ==============================================================
 
 * `positiveDivergence`: a pair is kept only if sum_delta x_ij,delta q_ij,delta >= 0 (F = d,
@@ -52,6 +57,9 @@ the values frozen (the pack's ``values``) and the neighbour structure fixed:
 * dq_ij = (f_j - f_i) dV_j, Symmetric (f_j - f_i) d(m_j rho_i / rho_j^2)
   (`_coefficients.laplacianDifferenceJVP_ij`), plus the value tangent q_ij(tValues) fused into the loop;
 * Naive: dq lap W + q d(lap W) (`support.sphKernelLaplacianJVP_ij`, the helper support rule);
+* Consistent: B_i and gamma_i frozen here, ``dq G.v + q (dG.v + G.dv)`` with
+  ``dv = B_i (dx / D^2 - 2 x dD / D^3)``; the operator is linear in (B, gamma), so their
+  tangents are the primal launched with (dB, dgamma) (`operationsJVP.jvpFromContext`);
 * Brookshaw/Default/Dot: n_ij, r and the regularised denominators differentiated literally,
   dr = x.dx / r, dD = dr + 1e-8 dh_ij (Default's second denominator: 1e-12 dh_ij),
   dn = dx / D - x dD / D^2, d(G.n) = dG.n + G.dn with (G, dG) from
@@ -110,6 +118,33 @@ def _blockDot(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, v: Any, d: 
     return acc
 
 
+@wp.func
+def consistentDirection_ij(corr: Any, i: wp.int32, x_ij: Any, D: Any):
+    """The Consistent scheme's direction ``B_i x_ij / D^2 - gamma_i`` (its pair term is
+    ``q_ij G_ij . direction``); Brookshaw's ``-2 x_ij / D^2`` without a state (the
+    call preparation never launches the scheme without one)."""
+    v = x_ij * (type(D)(-2.0) / (D * D))
+    if corr.useConsistentLaplacian:
+        v = wp.mul(corr.laplacianMatrices[i], x_ij) / (D * D) - corr.laplacianVectors[i]
+    return v
+
+
+@wp.func
+def consistentDirectionJVP_ij(corr: Any, i: wp.int32, x_ij: Any, dx: Any, D: Any, dD: Any):
+    """(`consistentDirection_ij`, its tangent along dx and dD with B_i, gamma_i frozen:
+    ``B (dx / D^2 - 2 x dD / D^3)``)."""
+    inv2 = type(D)(1.0) / (D * D)
+    u = x_ij * inv2
+    du = dx * inv2 - x_ij * (type(D)(2.0) * dD * inv2 / D)
+    v = u * type(D)(-2.0)
+    dv = du * type(D)(-2.0)
+    if corr.useConsistentLaplacian:
+        Bm = corr.laplacianMatrices[i]
+        v = wp.mul(Bm, u) - corr.laplacianVectors[i]
+        dv = wp.mul(Bm, du)
+    return v, dv
+
+
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
 # value: one copy of the state structs per pair; docs/performance.md).
 @wp.func
@@ -150,6 +185,8 @@ def laplacianPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
                     elif scheme == 4:
                         res = type(r_ij)(-2.0) * q_k * Gn / (
                             r_ij + type(r_ij)(_REG_DEFAULT) * h_ij)
+                    elif scheme == 5:
+                        res = q_k * wp.dot(G, consistentDirection_ij(corr, i, x_ij, D))
                     else:
                         res = type(r_ij)(-2.0) * q_k * Gn / D
     return res
@@ -253,6 +290,9 @@ def laplacianJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: 
                         s = q_k - c2 * qn * n_ij[kb]
                         ds = dq_k - c2 * (dqn * n_ij[kb] + qn * dn[kb])
                         res = dphi * s + phi * ds
+                    elif scheme == 5:
+                        v, dv = consistentDirectionJVP_ij(corr, i, x_ij, dx, D, dD)
+                        res = dq_k * wp.dot(G, v) + q_k * (wp.dot(dG, v) + wp.dot(G, dv))
                     else:
                         E = D
                         dE = dD
