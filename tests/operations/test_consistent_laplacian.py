@@ -316,3 +316,29 @@ def test_free_walls_stay_stable():
                                                   queryVolumes=V).numpy().T) * dx2
     assert evLimited.real.max() <= 1e-8 and evRaw.real.max() > 1.0
     assert int(limited.fallback.sum()) < N // 2
+
+
+@pytest.mark.usefixtures("specialized")  # conftest: specialised kernels on for this test
+@pytest.mark.parametrize("d,periodic,dtype", [(1, False, torch.float64), (2, False, torch.float64),
+                                              (3, True, torch.float64), (2, True, torch.float32)])
+def test_specialised_moments_kernel_matches_generic(d, periodic, dtype):
+    from warpSPHCore.autograd.specialize import setSpecialization
+    from warpSPHCore.corrections import secondDerivatives as SD
+    from warpSPHCore.operators import _specialized
+
+    x, H, V, dom, q = _setup(d, periodic, dtype=dtype)
+    props = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Density)
+    tol = {torch.float64: 1e-13, torch.float32: 1e-4}[dtype]
+    for adjacency in (None, radiusSearchCompactHashMap(q, dom)):
+        with torch.no_grad():
+            fast = SD._moments(q, props, dom, V, None, adjacency, None)[1:]
+            previous = setSpecialization(False)
+            try:
+                generic = SD._moments(q, props, dom, V, None, adjacency, None)[1:]
+            finally:
+                setSpecialization(previous)
+        for a, b in zip(fast, generic):
+            # the same arithmetic up to the compiler's contractions (and, on periodic axes,
+            # the generic minimum image's wrap of both coordinates)
+            assert float((a - b).abs().max()) <= tol * float(b.abs().max())
+    assert any(name == "laplacianMoments" and cfg.dim == d for name, cfg in _specialized._BUILT)

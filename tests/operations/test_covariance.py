@@ -151,3 +151,36 @@ def test_covariance_validation(device):
         warpOperation(p, props(COV), dom, crkState=CRKState(A, B))
     with pytest.raises(ValueError, match="renormalizationMatrices"):
         warpOperation(p, props(COV), dom, renormalizationState=torch.zeros(5, 2, 2, dtype=dt))
+
+
+@pytest.mark.usefixtures("specialized")  # conftest: specialised kernels on for this test
+@pytest.mark.parametrize("dim,periodic,dtype", [(1, False, torch.float64), (2, False, torch.float64),
+                                                (3, True, torch.float64), (2, True, torch.float32)])
+def test_covariance_specialized_matches_generic(dim, periodic, dtype):
+    """The Covariance's kernel specialised on the configuration (no CRK, no renormalization:
+    the renormalization builder's call) against the generic kernel: the same arithmetic up to
+    the compiler's contractions and, on periodic axes, the generic minimum image's wrap; the
+    neighbour counts equal; with CRK the generic kernel runs."""
+    from warpSPHCore.autograd.specialize import setSpecialization
+    from warpSPHCore.operators import _specialized
+
+    n = {1: 9, 2: 40, 3: 60}[dim]
+    q = cloud(n, dim, dtype, "cpu", seed=70 + dim, hMean=0.5)
+    dom = DomainDescription(-torch.ones(dim, dtype=dtype), torch.ones(dim, dtype=dtype),
+                            [periodic] * dim)  # the cloud's box
+    pr = props(COV, kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Scatter)
+    V = torch.full((q.positions.shape[0],), 0.01, dtype=dtype)
+    tol = {torch.float64: 1e-13, torch.float32: 1e-4}[dtype]
+    for adjacency in (None, neighbourStructure("csr", q, dom, None)):
+        with torch.no_grad():
+            fast = warpOperation(q, pr, dom, referenceVolumes=V, adjacency=adjacency,
+                                 covarianceReturnNumNeighbors=True)
+            previous = setSpecialization(False)
+            try:
+                generic = warpOperation(q, pr, dom, referenceVolumes=V, adjacency=adjacency,
+                                        covarianceReturnNumNeighbors=True)
+            finally:
+                setSpecialization(previous)
+        assert float((fast[0] - generic[0]).abs().max()) <= tol * float(generic[0].abs().max())
+        assert torch.equal(fast[1], generic[1])
+    assert any(name == "covariance" and cfg.dim == dim for name, cfg in _specialized._BUILT)

@@ -16,7 +16,8 @@ scheme, and the pair weight of the Brookshaw scheme, symmetrised,
 so that a Brookshaw call with the renormalization slot set to -B/2 sums exactly
 ``sum_j V_j (f_j - f_i) B : w_ij``. V_j is the reference volume (or m_j / rho_j), masked
 references are skipped, masked queries get zeros. Reverse mode comes from Warp's adjoint
-through the bridge. Forward mode: `laplacianMomentsJVPKernel`, the product rule on every
+through the bridge; an untaped launch takes the kernel specialised on the call's
+configuration (`_laplacianSpecialized`, same layout and arithmetic, bitwise equal). Forward mode: `laplacianMomentsJVPKernel`, the product rule on every
 factor (dV_j, dx_ij, dG_ij, and dD = x.dx / r + 1e-8 dh_ij); a pair with r = 0 contributes 0
 with tangent 0 (every moment is at least quadratic in x_ij there, and G(0) = 0).
 """
@@ -240,6 +241,13 @@ def laplacianMomentsJVPKernel(queryState: Any, referenceState: Any, domainState:
 declareStateOverloads(laplacianMomentsJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+def _specialize(config: dict):
+    """`OperatorSpec.specialize`: `_laplacianSpecialized.laplacianMomentsSpecialized`."""
+    from ._laplacianSpecialized import laplacianMomentsSpecialized
+
+    return laplacianMomentsSpecialized(config)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -249,4 +257,5 @@ LAPLACIAN_MOMENTS_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=lambda ctx, extras: (
         ctx.numQueries * laplacianMomentComponents(int(ctx.domain.dim)),)),),
     numThreads=lambda ctx, extras: ctx.numQueries * laplacianMomentBlocks(int(ctx.domain.dim)),
+    specialize=_specialize,
 )

@@ -39,7 +39,8 @@ positiveDivergence, with or without renormalization (the scheme a constant; q_ij
 `laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme), and the
 Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
 is `momentum.momentumPair`'s, the field read per column without the generic unit-vector
-accumulation, G_ij the specialised grad W).
+accumulation, G_ij the specialised grad W), and the Covariance's kernel without CRK and
+renormalization (the renormalization builder's C_i; issue 18).
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
@@ -66,6 +67,7 @@ from ..neighborhood.traversal import (
 from ._coefficients import (
     LAPLACIAN_REG_DEFAULT,
     LAPLACIAN_REG_N,
+    apparentVolume_j,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
     gradientPairVJP_ij,
@@ -74,9 +76,10 @@ from ._coefficients import (
 from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
-__all__ = ["Configuration", "configurationOf", "densitySpecialized", "gradientSpecialized",
+__all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
+           "specializedKernel", "specializedStructs", "densitySpecialized", "gradientSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
-           "momentumSpecialized", "specializedKernelCount"]
+           "momentumSpecialized", "covarianceSpecialized", "specializedKernelCount"]
 
 # kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
 # test admits every kind (checkDirectionality_j)
@@ -657,3 +660,70 @@ def momentumSpecialized(config: dict):
     state)."""
     cfg = configurationOf(config)
     return None if cfg is None else _momentumKernel(cfg)
+
+
+@functools.cache
+def _covarianceKernel(cfg: Configuration):
+    """The Covariance's kernel (`covariance.covarianceKernel`: thread (i, k), k < d^2 a
+    matrix element, k = d^2 the neighbour count) for one configuration, without CRK and
+    renormalization (G_ij and W_ij the specialised kernel's)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    dd = D * D
+
+    @specialFunction("covariance_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        res = S(0.0)
+        if k < F:
+            a = k / wp.static(D)
+            b = k - a * wp.static(D)
+            Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
+            res = -apparentVolume_j(r, corr, j) * x_ij[a] * Gv[b]
+        else:
+            if pk.W_ij(x_ij, h_i, r.supports[j]) > S(0.0):
+                res = S(1.0)
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def covariance(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                   adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                   out: wp.array(dtype=S), count: wp.array(dtype=wp.int32)):
+        tid = wp.tid()
+        i = tid / wp.static(dd + 1)
+        k = tid - i * wp.static(dd + 1)
+        val = S(0.0)
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, k, wp.static(dd), queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         referenceState.masses)
+        if k < wp.static(dd):
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+            out[i * wp.static(dd) + k] = val
+        else:
+            count[i] = wp.int32(val + S(0.5))
+
+    return _kernel(covariance, "covariance", cfg)
+
+
+def covarianceSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Covariance: the calls without CRK and
+    renormalization (the renormalization builder's C_i and the consistent Laplacian's)."""
+    if config["useCRK"] or config["useGradientRenormalization"]:
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _covarianceKernel(cfg)
+
+
+# the building blocks, for the specialised kernels of other layers (the consistent
+# Laplacian's moments kernel, `corrections._laplacianKernels`)
+neighborSum = _neighborSum
+queryAdmitted = _queryAdmitted
+specializedKernel = _kernel
+specializedStructs = _structs

@@ -37,6 +37,7 @@ from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import apparentVolume_j, apparentVolumeJVP_j
+from ._specialized import covarianceSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij, correctedKernel_ij
@@ -178,4 +179,5 @@ COVARIANCE_SPEC = OperatorSpec(
     extras=(),
     numThreads=_numThreads,
     jvp=JVPSpec(geometryKernel=covarianceJVPKernel, geometryThreads=None),
+    specialize=covarianceSpecialized,
 )
