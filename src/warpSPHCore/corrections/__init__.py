@@ -18,6 +18,7 @@ from .secondDerivatives import (
     computeLaplacianCorrection,
     computeLaplacianCorrectionJVP,
     consistentHessian,
+    consistentHessianJVP,
     consistentLaplacian,
     consistentLaplacianJVP,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "consistentLaplacian",
     "consistentLaplacianJVP",
     "consistentHessian",
+    "consistentHessianJVP",
     "computeCRKFactors",
     "computeCRKFactorsJVP",
     "computeOmega",

@@ -73,7 +73,7 @@ _kernels = LazyModule(f"{__package__}._laplacianKernels")
 
 __all__ = ["LaplacianCorrectionState", "LaplacianCorrectionTangentState",
            "computeLaplacianCorrection", "computeLaplacianCorrectionJVP", "consistentLaplacian",
-           "consistentLaplacianJVP", "consistentHessian"]
+           "consistentLaplacianJVP", "consistentHessian", "consistentHessianJVP"]
 
 _WHERE = "computeLaplacianCorrection"
 #: a pivot below this fraction of its row's scale marks the row singular (fallback)
@@ -423,24 +423,115 @@ def consistentHessian(queryParticles, operationProperties, domain, correction, q
     L = correction.L
     n, d = L.shape[0], L.shape[1]
     grad = _gradient(queryParticles, operationProperties, domain, L, **kw)  # [n, *S, d]
-    lead = grad.dim() - 2
-    N3 = correction.N3.reshape(n, *([1] * lead), d, d, d)
-    idx = voigtPairs(d)
-    s = []
-    for p, q in idx:
-        E = torch.zeros((d, d), dtype=L.dtype, device=L.device)
+    sums = [_brookshaw(queryParticles, operationProperties, domain, _voigtSlot(E, n), **kw)
+            for E in _voigtUnits(d, L)]
+    return _assembleHessian(grad, sums, correction.N3, correction.Ainv, d)
+
+
+def _voigtUnits(d, like):
+    """The symmetric unit matrices E_pq (E : w = w_pq), one per Voigt pair."""
+    units = []
+    for p, q in voigtPairs(d):
+        E = torch.zeros((d, d), dtype=like.dtype, device=like.device)
         E[p, q] = E[q, p] = 0.5 if p != q else 1.0
-        # Brookshaw with the slot -E/2 sums V_j (f_j - f_i) E : w_ij = ... w_pq
-        w = _brookshaw(queryParticles, operationProperties, domain,
-                       (-0.5 * E).expand(n, d, d).contiguous(), **kw)
-        corr = (grad * N3[..., p, q]).sum(dim=-1)
-        s.append(w - corr)
-    S = torch.stack(s, dim=-1)  # [n, *S, K]
-    Ainv = correction.Ainv.reshape(n, *([1] * lead), len(idx), len(idx))
+        units.append(E)
+    return units
+
+
+def _voigtSlot(E, n):
+    """The renormalization slot -E/2 with which Brookshaw sums ``V_j (f_j - f_i) E : w_ij``."""
+    d = E.shape[0]
+    return (-0.5 * E).expand(n, d, d).contiguous()
+
+
+def _assembleHessian(grad, sums, N3, Ainv, d):
+    """``unvoigt(A^-1 S)`` with ``S_pq = sums_pq - <grad f> . N3[., p, q]``."""
+    n = grad.shape[0]
+    lead = grad.dim() - 2
+    N3 = N3.reshape(n, *([1] * lead), d, d, d)
+    idx = voigtPairs(d)
+    S = torch.stack([w - (grad * N3[..., p, q]).sum(dim=-1)
+                     for w, (p, q) in zip(sums, idx)], dim=-1)  # [n, *S, K]
+    Ainv = Ainv.reshape(n, *([1] * lead), len(idx), len(idx))
     h = (Ainv * S[..., None, :]).sum(dim=-1)  # [n, *S, K]
+    return _unvoigtField(h, d, idx)
+
+
+def _unvoigtField(h, d, idx):
     H = torch.zeros(h.shape[:-1] + (d, d), dtype=h.dtype, device=h.device)
     for k, (a, b) in enumerate(idx):
         H[..., a, b] = h[..., k]
         if a != b:
             H[..., b, a] = h[..., k]
     return H
+
+
+def consistentHessianJVP(queryParticles, operationProperties, domain, correction,
+                         correctionTangent, queryValues, tangentQueryValues=None,
+                         queryTangentState=None, referenceTangentState=None,
+                         referenceValues=None, tangentReferenceValues=None,
+                         queryVolumes=None, referenceVolumes=None,
+                         tangentReferenceVolumes=None, adjacency=None,
+                         referenceParticles=None):
+    """Forward mode of `consistentHessian`: the tangent ``[N_q, *S, d, d]`` along value and
+    particle tangents, with the state's tangent from `computeLaplacianCorrectionJVP`
+    (`warpOperationJVP` of the K Brookshaw calls, whose slots are constants, and of the
+    renormalized Gradient with ``dL``; then the product rule on ``<grad f> . N3`` and on
+    ``A^-1 S``).
+
+    Args:
+        queryParticles: as for `consistentHessian`.
+        operationProperties: as for `consistentHessian`.
+        domain: as for `consistentHessian`.
+        correction: the `LaplacianCorrectionState`.
+        correctionTangent: its `LaplacianCorrectionTangentState` (``L``, ``N3`` and ``Ainv``
+            read; None: a frozen state).
+        queryValues: the field ``[N_q, *S]``.
+        tangentQueryValues: its tangent or None.
+        queryTangentState: `ParticleTangentState` of the queries or None.
+        referenceTangentState: `ParticleTangentState` of the references or None.
+        referenceValues: as for `consistentHessian`.
+        tangentReferenceValues: tangent of distinct reference values or None.
+        queryVolumes: as for `consistentHessian`.
+        referenceVolumes: as for `consistentHessian`.
+        tangentReferenceVolumes: ``[N_r]`` or None.
+        adjacency: as for `consistentHessian`.
+        referenceParticles: as for `consistentHessian`.
+
+    Returns:
+        ``[N_q, *S, d, d]``, reverse-differentiable.
+    """
+    from ..operationsJVP import warpOperationJVP
+
+    L = correction.L
+    n, d = L.shape[0], L.shape[1]
+    kw = _callArgs(queryValues, referenceValues, queryVolumes, referenceVolumes, adjacency,
+                   referenceParticles)
+    tkw = dict(kw, tangentQueryValues=tangentQueryValues,
+               tangentReferenceValues=tangentReferenceValues,
+               queryTangentState=queryTangentState, referenceTangentState=referenceTangentState,
+               tangentReferenceVolumes=tangentReferenceVolumes)
+    t = correctionTangent
+
+    def member(name):
+        v = None if t is None else getattr(t, name, None)
+        return torch.zeros_like(getattr(correction, name)) if v is None else v
+
+    brook = dataclasses.replace(operationProperties, operation=WarpOperation.Laplacian,
+                                laplacianMode=LaplacianScheme.Brookshaw,
+                                gradientMode=GradientScheme.Difference)
+    gradProps = dataclasses.replace(operationProperties, operation=WarpOperation.Gradient,
+                                    gradientMode=GradientScheme.Difference)
+    grad = _gradient(queryParticles, operationProperties, domain, L, **kw)
+    dGrad = warpOperationJVP(queryParticles, gradProps, domain, renormalizationState=L,
+                             renormalizationTangentState=member("L"), **tkw)
+    units = _voigtUnits(d, L)
+    sums = [_brookshaw(queryParticles, operationProperties, domain, _voigtSlot(E, n), **kw)
+            for E in units]
+    dSums = [warpOperationJVP(queryParticles, brook, domain,
+                              renormalizationState=_voigtSlot(E, n), **tkw) for E in units]
+    # H = unvoigt(Ainv S(grad, sums, N3)): linear in each of (grad, sums), N3 and Ainv
+    Ainv, N3 = correction.Ainv, correction.N3
+    return (_assembleHessian(dGrad, dSums, N3, Ainv, d)
+            + _assembleHessian(grad, [torch.zeros_like(w) for w in sums], member("N3"), Ainv, d)
+            + _assembleHessian(grad, sums, N3, member("Ainv"), d))
