@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 import torch
 from consistent_laplacian_reference import consistentLaplacian as consistentLaplacianReference
+from test_consistent_laplacian import _setup
 
-from warpSPHCore import DomainDescription, KernelFunctions, OperationProperties, ParticleState
+from warpSPHCore import KernelFunctions, OperationProperties, ParticleState
 from warpSPHCore.corrections import computeLaplacianCorrection
 from warpSPHCore.dataTypes import (
     CRKState,
@@ -42,18 +43,6 @@ from warpSPHCore.operations import warpOperation, warpOperationJVP
 CONSISTENT = LaplacianScheme.Consistent
 PROPS = OperationProperties(KernelFunctions.Wendland2, operation=WarpOperation.Laplacian,
                             laplacianMode=CONSISTENT, gradientMode=GradientScheme.Difference)
-
-
-def _setup(d, periodic, n, dtype=torch.float64, seed=1):
-    x, dx, h = ref.jitteredLattice(n, d, jitter=0.3, hOverDx=2.5, seed=seed)
-    x = torch.tensor(x, dtype=dtype)
-    N = x.shape[0]
-    H = torch.full((N,), h, dtype=dtype)
-    V = torch.full((N,), dx ** d, dtype=dtype)
-    dom = DomainDescription(torch.zeros(d, dtype=dtype), torch.ones(d, dtype=dtype),
-                            [periodic] * d)
-    q = ParticleState(x, H, V.clone(), torch.zeros(N, dtype=torch.int32))
-    return x, H, V, dom, q
 
 
 def _lap(q, dom, state, f, props=PROPS, **kw):

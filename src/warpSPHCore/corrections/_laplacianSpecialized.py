@@ -21,7 +21,6 @@ from ..operators._specialized import (
     specializedKernel,
     specializedStructs,
 )
-from ._laplacianKernels import laplacianMomentBlocks
 
 __all__ = ["laplacianMomentsSpecialized"]
 
@@ -39,7 +38,7 @@ def _momentsKernel(cfg):
     P, DOM, C, KS, A, G = specializedStructs(cfg)
     X = wp.array(dtype=S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
-    nb = laplacianMomentBlocks(D)
+    nb = 2 * D + D * D  # blocks per query (`_laplacianKernels.laplacianMomentBlocks`)
 
     @specialFunction("laplacianMoments_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
