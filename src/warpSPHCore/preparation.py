@@ -23,7 +23,7 @@ from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
 from .dataTypes.corrections import asGradHState, asRenormalizationState
 from .enumTypes import GradientScheme, WarpOperation
-from .operators import CORRECTION_LABELS, ValueInputs, matches, operatorEntry
+from .operators import CORRECTION_LABELS, OPERATORS, ValueInputs, matches, operatorEntry
 from .util.conversion import isFunctorchWrapped
 from .util.precision import FLOAT_DTYPES
 
@@ -329,8 +329,11 @@ def _checkSchemeStates(entry, props, states: dict, corrections: dict, sizes: tup
         ss = declared.get(keyword)
         if ss is None:
             if state is not None:
+                readers = ", ".join(f"{op.name} with {s.option}={s.value.name}"
+                                    for op, e in OPERATORS.items() for s in e.schemeStates
+                                    if s.keyword == keyword)
                 raise ValueError(f"{_WHERE}: {keyword} is given, but {name} reads no such state "
-                                 "(it is read by the Laplacian with laplacianMode=Consistent)")
+                                 f"(read by: {readers})")
             continue
         choice = f"{ss.option}={ss.value.name}"
         if not ss.holds(props):
