@@ -69,8 +69,10 @@ def _matrixZero(q: Any, ks: Any):
     return wp.outer(z, z)
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
-@wp.func(inline=False)
+# Inlined into both traversals: a non-inlined function takes the state structs by value, one
+# copy per pair. Measured (2D, 10,000 particles, float64, positions requiring grad): the
+# builder's forward + backward 1119 -> 826 ms; the module's cold compile 5.6 -> 6.6 s.
+@wp.func
 def laplacianMomentPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                             r: Any, dom: Any, corr: Any, ks: Any, extra: Any):
     """V_j times moment block k at the pair (i, j), a d x d matrix over the last two indices
