@@ -32,6 +32,11 @@ __all__ = ["prepareCall", "runOperation", "checkTensors", "checkParticles", "che
 
 _WHERE = "warpOperation"
 
+#: keyword -> the members a scheme state's kernel reads (`SchemeState.members`), for the
+#: dtype and device checks
+_SCHEME_STATE_MEMBERS = {ss.keyword: tuple(name for name, _ in ss.members)
+                         for entry in OPERATORS.values() for ss in entry.schemeStates}
+
 
 def _collectTensors(queryParticles, referenceParticles, domain, queryValues, referenceValues,
                     queryVolumes, referenceVolumes, crkState, gradHState, renorm):
@@ -243,9 +248,9 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
                               renorm)
     schemeStates = {"laplacianCorrectionState": laplacianCorrectionState}
     for keyword, state in schemeStates.items():
-        for f in ("B", "gamma"):
-            t = getattr(state, f, None) if state is not None else None
-            if t is not None:
+        for f in _SCHEME_STATE_MEMBERS[keyword] if state is not None else ():
+            t = getattr(state, f, None)
+            if isinstance(t, torch.Tensor):
                 tensors.append((f"{keyword}.{f}", t))
     _checkTensors(tensors, device)
     for name, t in (("queryParticles.kinds", queryParticles.kinds),
