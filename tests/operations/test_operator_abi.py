@@ -16,7 +16,7 @@ from warpSPHCore import (
     WarpOperation,
     latticeDensityFactor,
 )
-from warpSPHCore.autograd import arg_extract, wrapper
+from warpSPHCore.autograd import arg_extract
 from warpSPHCore.autograd.arg_extract import STATE_SIZE, extractStateInfo, structFor
 from warpSPHCore.autograd.operator_spec import (
     Corrections,
@@ -25,6 +25,7 @@ from warpSPHCore.autograd.operator_spec import (
     SPHContext,
     launchOperator,
 )
+from warpSPHCore.autograd.stateAwareWarpFunction import StateAwareWarpFunction
 from warpSPHCore.autograd.wrapper import asScalarArg, warpWrapper2
 from warpSPHCore.operations import warpOperation
 from warpSPHCore.operators import OPERATORS
@@ -216,13 +217,13 @@ def test_warp_wrapper2_matches_launch_operator(device):
 def test_inert_pruning(device, monkeypatch):
     q, dom = _state(device)
     seen = []
-    real = wrapper.StateAwareWarpFunction.apply
+    real = StateAwareWarpFunction.apply
 
     def spy(*args):
         seen.append(args[6:])
         return real(*args)
 
-    monkeypatch.setattr(wrapper.StateAwareWarpFunction, "apply", spy)
+    monkeypatch.setattr(StateAwareWarpFunction, "apply", spy)
     warpOperation(q, props(), dom)
     assert all(isinstance(t, Field) for t in seen[-1])  # no-grad: only Fields reach apply
     pos = q.positions.clone().requires_grad_()

@@ -174,7 +174,7 @@ def _registerAdjointsFor(kernel) -> None:
 
 
 def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, lanes=None,
-                  requires_grad: bool = False):
+                  requires_grad: bool = False, mode: str = "launch", tape=None):
     """Allocate the output(s), launch `kernel(*args, *outputs)`, return the output tensor(s).
 
     Args:
@@ -188,6 +188,10 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
             None or 1 launches one thread per item.
         requires_grad: float outputs own a zero adjoint buffer (the bridge also enforces this
             after the launch, so a wrapped launcher may omit it).
+        mode: ``"launch"`` (run it); ``"record"``: record the launch on `tape` without
+            running it (the bridge's backward, `StateAwareWarpFunction`: the forward already
+            ran the same launch); ``"allocate"``: only allocate the outputs.
+        tape: the `wp.Tape` of ``mode="record"``.
 
     The device is the first `wp.array` argument's (else a struct argument's array field's);
     the launch passes ``device=`` and torch's current stream (§16). A launch with zero
@@ -196,6 +200,8 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
     adjoints are registered before a kernel that may call them is launched
     (`_registerAdjointsFor`).
     """
+    if mode not in ("launch", "record", "allocate"):
+        raise ValueError(f"launch_kernel: mode={mode!r}; accepted: launch, record, allocate")
     ensureWarp()
     _registerAdjointsFor(kernel)
     device = deviceOfArgs(args)
@@ -220,11 +226,20 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
         dims = tuple(int(n) for n in numThreads)
     else:
         dims = (int(numThreads),)
-    if all(n > 0 for n in dims):
+    if mode == "allocate":
+        pass
+    elif all(n > 0 for n in dims):
         blockDim = None
         if lanes is not None and int(lanes) > 1:
             dims = dims + (int(lanes),)
             blockDim = int(lanes)
+        if mode == "record":
+            # what wp.launch records on an active tape, without the launch
+            tape.record_launch(kernel, dims if len(dims) > 1 else dims[0], 0, list(args),
+                               views, wp.get_device(device), blockDim)
+            for o, v in zip(outs, views):
+                setattr(o, COURIER, v)
+            return tuple(outs) if _isMulti(output_dtype) else outs[0]
         announceCompile(kernel, device)
         capture = activeCapture()
         stream = torchStreamAsWarp(device)

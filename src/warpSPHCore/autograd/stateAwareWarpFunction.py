@@ -9,22 +9,36 @@ before the per-position gradients and `jvp` drops the six leading tangents.
 
 ``flat_tensors``
     Heterogeneous: real ``torch.Tensor``s (float inputs, integer/bool structure tensors)
-    and `Field` placeholders (`util.fieldRegistry.nullField`). Any other object (e.g. a
-    prebuilt ``wp.array`` of a pruned inert tensor) is passed through to ``build_fn``
-    unchanged.
+    and `Field` placeholders (`util.fieldRegistry.nullField`). Any other object is passed
+    through to ``build_fn`` unchanged (and kept on the graph node when the call records a
+    gradient).
 
-``build_fn(warp_arrays, use_bundle=False) -> list``
+``build_fn(warp_arrays, use_bundle=False[, side=views]) -> list``
     Receives ``warp_arrays``, a list parallel to ``flat_tensors``: the Warp view of each
     tensor (``getCachedWarpArray``), the permanent view of each Field, pass-through objects
     unchanged. Returns the kernel's positional argument list **before the outputs**
     (structs, arrays, scalars, in kernel-ABI order); the launcher appends the outputs.
     ``use_bundle=True`` allows persistent structs (`util.stateBundle`) and is passed only
     when nothing requires grad (W25); otherwise every struct must be fresh and call-local.
+    Optional ``build_fn.side``: a list of tensors the call needs but `apply` does not track
+    (`wrapper._launchFlat`'s pruned inert tensors); the bridge passes their cached views as
+    ``side=`` and, when the call records a gradient, saves them and sets
+    ``build_fn.side = None``. The closure itself must hold no tensor: the graph node keeps
+    it until backward.
 
-``launcher(kernel, output_shape, output_dtype, *args)``
+``launcher(kernel, output_shape, output_dtype, *args, [requires_grad=, mode=, tape=])``
     `autograd.launcher.launch_kernel` or a wrapper of it (numThreads/lanes injected):
     returns the output tensor (or a tuple for a tuple ``output_dtype``), each carrying its
-    recorded Warp view in the courier attribute ``_warp_array``.
+    Warp view in the courier attribute ``_warp_array``. Backward calls it again with
+    ``mode="record", tape=tape`` (record the launch on the tape without running it) or
+    ``mode="allocate"`` (outputs only, for a hand-written reverse kernel).
+
+Reverse mode, what the graph node keeps: the forward pass never runs under a tape. A call
+that needs a gradient saves its tensors (`save_for_backward`, each distinct object once)
+and tensor-free metadata (`build_fn`, the launcher, the kernel, the output shapes, Fields);
+backward rebuilds the views, the structs, fresh zero outputs and a tape from the saved
+tensors and runs the tape's backward. Nothing else outlives the forward pass, so gradient
+checkpointing frees what it recomputes (docs/autograd.md).
 
 ``jvp_fn(ctx, flat_tangents) -> tangent | tuple``
     Optional forward-mode rule: ``flat_tangents`` is parallel to ``flat_tensors`` (``None``
@@ -34,9 +48,10 @@ before the per-position gradients and `jvp` drops the six leading tangents.
     positions are ``ctx.tensor_positions``). Returns one tangent per forward output.
 
 ``build_fn.reverse``
-    Optional `reverse.ReverseSpec`: when the call is eligible, the launch runs outside the
-    tape and the hand-written reverse launch is recorded on it (``tape.record_func``);
-    ``ctx.reverse_route`` names the reverse kernel (None: Warp's generated adjoint).
+    Optional `reverse.ReverseSpec`: when the call is eligible, the forward pass launches its
+    paired forward kernel and backward records the hand-written reverse launch on the tape
+    (``tape.record_func``); ``ctx.reverse_route`` names the reverse kernel (None: Warp's
+    generated adjoint).
 
 Gates (`util.gates`: read once at import, `refreshGates()` re-reads): ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds
 grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireView`),
@@ -61,7 +76,7 @@ from .launcher import COURIER, castTorchToWarp, outputIsFloat, torchStreamAsWarp
 from .reverse import recordReverse, reverseKernelsEnabled
 from .specialize import specializationEnabled, specializedKernel, tapedKernel
 
-__all__ = ["StateAwareWarpFunction", "hasLiveTangent", "fieldCacheGradEnabled",
+__all__ = ["StateAwareWarpFunction", "bridgeApply", "hasLiveTangent", "fieldCacheGradEnabled",
            "_liveTangentMask", "_N_NON_TENSOR"]
 
 _N_NON_TENSOR = 6
@@ -167,6 +182,50 @@ def hasLiveTangent(t) -> bool:
     return _liveTangentMask([t])[0]
 
 
+def _views(flat, isTensor, needsGrad, useCache: bool, zero: bool) -> list:
+    """The Warp arguments of a call's flat list: one view per tensor object (cached or not:
+    an aliased tensor, the same object in two roles, then has one gradient buffer that
+    backward reports once, so the cache gates cannot change the summation order of its
+    gradient), a `Field`'s permanent view, any other object unchanged. With `zero`, every
+    gradient buffer is zeroed (zero-on-acquire, at the point of use: backward)."""
+    arrays, seen = [], {}
+    for t, it, rg in zip(flat, isTensor, needsGrad):
+        if it:
+            wa = seen.get(id(t))
+            if wa is None:
+                wa = getCachedWarpArray(t, use_cache=useCache, requires_grad=rg)
+                if rg and zero:
+                    _gradTensor(wa).zero_()  # torch op: torch's current stream
+                seen[id(t)] = wa
+            arrays.append(wa)
+        elif isinstance(t, Field):
+            arrays.append(t.array)
+        else:
+            arrays.append(t)
+    return arrays
+
+
+def _distinct(tensors):
+    """(the distinct tensor objects of `tensors` in first-seen order, the index of each entry
+    among them): a tensor in several roles is saved once, and unpacks as one object."""
+    unique, index, where = [], [], {}
+    for t in tensors:
+        k = where.get(id(t))
+        if k is None:
+            k = where[id(t)] = len(unique)
+            unique.append(t)
+        index.append(k)
+    return unique, tuple(index)
+
+
+def _build(build_fn, warpArrays, sideViews, useBundle: bool):
+    """``build_fn``'s kernel arguments; the views of its side tensors passed when it has
+    any (`_launchFlat`'s pruned inert tensors)."""
+    if sideViews:
+        return build_fn(warpArrays, use_bundle=useBundle, side=sideViews)
+    return build_fn(warpArrays, use_bundle=useBundle)
+
+
 class StateAwareWarpFunction(torch.autograd.Function):
     """Forward, backward and forward-mode rule of one bridged Warp launch (module docstring)."""
 
@@ -181,46 +240,35 @@ class StateAwareWarpFunction(torch.autograd.Function):
         ]
         anyRG = any(needsGrad)
         real = [t for it, t in zip(isTensor, flat_tensors) if it]
+        side = list(getattr(build_fn, "side", None) or ())
         ctx.tensor_positions = tuple(k for k, it in enumerate(isTensor) if it)
 
-        # 2. save (kinds included: in-place changes before backward trip the version check)
+        # 2. save: every tensor backward rebuilds the launch from, the side tensors (inert
+        #    inputs the caller converts itself, `build_fn.side`) included, so that nothing
+        #    but saved tensors outlives the forward (checkpointing can then free them); kinds
+        #    included: in-place changes before backward trip the version check
         if anyRG:
-            ctx.save_for_backward(*real)
+            unique, ctx.saved_index = _distinct(real + side)
+            ctx.save_for_backward(*unique)
         if jvp_fn is not None:
             ctx.save_for_forward(*real)
 
-        # 3. convert (zero-on-acquire for every grad view)
+        # 3. convert
         useCache = (not anyRG) or fieldCacheGradEnabled()
-        warpArrays = []
-        # one view per tensor object within the call, cached or not: an aliased tensor (the
-        # same object in two roles) then has one gradient buffer that backward reports once,
-        # so the cache gates cannot change the summation order of its gradient (bitwise
-        # identical results with the caches disabled)
-        views = {}
         with recordFunction("warpSPHCore::bridge::convert"):
-            for t, it, rg in zip(flat_tensors, isTensor, needsGrad):
-                if it:
-                    wa = views.get(id(t))
-                    if wa is None:
-                        wa = getCachedWarpArray(t, use_cache=useCache, requires_grad=rg)
-                        if rg:
-                            _gradTensor(wa).zero_()  # torch op: torch's current stream
-                        views[id(t)] = wa
-                    warpArrays.append(wa)
-                elif isinstance(t, Field):
-                    warpArrays.append(t.array)
-                else:
-                    warpArrays.append(t)
+            warpArrays = _views(flat_tensors, isTensor, needsGrad, useCache, zero=False)
+            sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
 
         # 4. build (persistent structs only without grad, W25; a call being captured into a
         #    call plan gets structs of its own, which the plan keeps)
         useBundle = (not anyRG) and not bundleDisabled() and activeCapture() is None
         with recordFunction("warpSPHCore::bridge::build"):
-            args = build_fn(warpArrays, use_bundle=useBundle)
+            args = _build(build_fn, warpArrays, sideViews, useBundle)
 
-        # 5. launch (under a fresh tape only when something requires grad; a call eligible
-        #    for the operator's hand-written reverse kernel is launched outside the tape and
-        #    its reverse launch recorded on it below)
+        # 5. launch, never under a tape: a call that needs a gradient records its tape in
+        #    backward, from the saved tensors (the kernel the tape will differentiate runs
+        #    here, so its values are those of the taped launch); a call eligible for the
+        #    operator's hand-written reverse kernel runs its paired forward kernel
         reverse = getattr(build_fn, "reverse", None)
         with recordFunction("warpSPHCore::bridge::launch"):
             if anyRG:
@@ -230,48 +278,46 @@ class StateAwareWarpFunction(torch.autograd.Function):
                         "tensor requires grad; the Warp bridge records its own tape. Call "
                         "warpSPHCore operators outside `with wp.Tape():` and differentiate "
                         "with torch.autograd")
-                tape = wp.Tape()
                 if reverse is not None and not (reverseKernelsEnabled() and
                                                 reverse.eligible(build_fn.config, args)):
                     reverse = None
                 if reverse is not None:
-                    result = launcher(_untaped(build_fn, kernel, reverse), output_shape,
-                                      output_dtype, *args)
+                    launched = _untaped(build_fn, kernel, reverse)
                 else:
-                    taped = kernel
+                    launched = kernel
                     config = getattr(build_fn, "config", None)
                     if config is not None:
-                        taped = tapedKernel(config, kernel)
-                    with tape:
-                        result = launcher(taped, output_shape, output_dtype, *args)
+                        launched = tapedKernel(config, kernel)
+                result = launcher(launched, output_shape, output_dtype, *args)
             else:
                 reverse = None
-                tape = None
+                launched = None
                 result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype, *args)
 
         multi = isinstance(result, (tuple, list))
         outs = tuple(result) if multi else (result,)
-        views = []
         for o in outs:
-            v = o.__dict__.pop(COURIER, None)  # break the tensor <-> wp.array cycle (W26)
-            if v is None:
+            if o.__dict__.pop(COURIER, None) is None:  # break the tensor <-> view cycle (W26)
                 raise RuntimeError(
                     f"StateAwareWarpFunction: the launcher of kernel {_kernelName(kernel)} "
                     f"returned an output without its recorded Warp view ({COURIER!r})"
                 )
-            if anyRG and outputIsFloat(v.dtype) and v.grad is None:
-                # the output must own its adjoint buffer, never alias grad_output (W24, W62)
-                v.grad = castTorchToWarp(torch.zeros_like(o.detach()), v.dtype)
-            views.append(v)
 
-        if reverse is not None:
-            recordReverse(tape, reverse, build_fn.config, args, views, warpArrays)
+        # what backward needs besides the saved tensors: no Warp view, tape or tensor
+        ctx.reverse = reverse
         ctx.reverse_route = _kernelName(reverse.kernel) if reverse is not None else None
-        ctx.output_warp = tuple(views)
-        ctx.tape = tape
         ctx.any_requires_grad = anyRG
+        if anyRG:
+            ctx.build_fn = build_fn
+            ctx.launcher = launcher
+            ctx.taped_kernel = launched
+            ctx.output_shape, ctx.output_dtype = output_shape, output_dtype
+            ctx.side_count = len(side)
+            # Fields and pass-through objects (no tensors of the call's own)
+            ctx.others = tuple(None if it else t for t, it in zip(flat_tensors, isTensor))
+        if side:
+            build_fn.side = None  # the saved copies are the only references kept
         ctx.needs_grad = tuple(needsGrad)
-        ctx.input_warp = tuple(warpArrays) if anyRG else None
         ctx.input_shapes = tuple(t.shape if it else None for t, it in zip(flat_tensors, isTensor))
         ctx.kernel_name = _kernelName(kernel)
         ctx.jvp_fn = jvp_fn
@@ -305,17 +351,47 @@ class StateAwareWarpFunction(torch.autograd.Function):
                 "use torch.autograd.forward_ad for JVPs and reverse-over-forward "
                 "(warpSPHCore.autograd.hvp) for Hessian-vector products"
             )
-        ctx.saved_tensors  # noqa: B018 (torch's in-place version check)
-
-        tape = ctx.tape
-        device = ctx.output_warp[0].device if ctx.output_warp else None
+        unique = ctx.saved_tensors  # torch's in-place version check (and checkpoint's unpack)
+        saved = [unique[k] for k in ctx.saved_index]
+        nSide = ctx.side_count
+        real = saved[:len(saved) - nSide]
+        side = saved[len(saved) - nSide:]
+        flat = list(ctx.others)
+        for pos, t in zip(ctx.tensor_positions, real):
+            flat[pos] = t
+        isTensor = [isinstance(t, torch.Tensor) for t in flat]
+        device = wp.device_from_torch(ctx.output_meta[0][2]) if ctx.output_meta else None
         with _StreamScope(device):
+            # 1. the call's views (zero-on-acquire), structs and outputs, rebuilt
+            warpArrays = _views(flat, isTensor, ctx.needs_grad, fieldCacheGradEnabled(),
+                                zero=True)
+            sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
+            args = _build(ctx.build_fn, warpArrays, sideViews, False)
+            # 2. the tape: the reverse kernel's launch, or the primal launch recorded (not
+            #    run) into fresh zero outputs that own their adjoint buffers (W24, W62)
+            tape = wp.Tape()
+            reverse = ctx.reverse
+            if reverse is not None:
+                result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
+                                      *args, requires_grad=True, mode="allocate")
+            else:
+                result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
+                                      *args, requires_grad=True, mode="record", tape=tape)
+            outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            views = []
+            for o in outs:
+                v = o.__dict__.pop(COURIER)
+                if outputIsFloat(v.dtype) and v.grad is None:
+                    v.grad = castTorchToWarp(torch.zeros_like(o), v.dtype)
+                views.append(v)
+            if reverse is not None:
+                recordReverse(tape, reverse, ctx.build_fn.config, args, views, warpArrays)
+
+            # 3. seeds, copied into the outputs' own adjoint buffers by the tape (W24)
             seeds = {}
-            for view, g, meta in zip(ctx.output_warp, grad_outputs, ctx.output_meta):
+            for view, g, meta in zip(views, grad_outputs, ctx.output_meta):
                 if g is None or not meta[3] or g.numel() == 0:
                     continue
-                # copied into the output's own adjoint buffer by the tape, never installed
-                # as the buffer itself (W24)
                 seeds[view] = castTorchToWarp(g, view.dtype)
             tape.backward(grads=seeds)
 
@@ -325,7 +401,7 @@ class StateAwareWarpFunction(torch.autograd.Function):
                 if not ctx.needs_grad[pos]:
                     grads.append(None)
                     continue
-                wa = ctx.input_warp[pos]
+                wa = warpArrays[pos]
                 if id(wa) in seen:
                     grads.append(None)  # aliased role: already reported in full (W20)
                     continue
@@ -376,6 +452,22 @@ class StateAwareWarpFunction(torch.autograd.Function):
                     f"{len(meta)} outputs"
                 )
         return out
+
+
+def bridgeApply(jvp_fn, build_fn, launcher, kernel, output_shape, output_dtype, *flat_tensors):
+    """``StateAwareWarpFunction.apply`` with the same arguments, then the forward-mode rule
+    dropped from the graph node: torch runs `jvp` inside ``apply`` or never, and the rule's
+    closure holds the caller's state (tensors that backward does not need, and that gradient
+    checkpointing must be able to free)."""
+    out = StateAwareWarpFunction.apply(jvp_fn, build_fn, launcher, kernel, output_shape,
+                                       output_dtype, *flat_tensors)
+    if jvp_fn is not None:
+        for o in (out if isinstance(out, tuple) else (out,)):
+            node = o.grad_fn
+            if node is not None:
+                node.jvp_fn = None
+                break
+    return out
 
 
 def _numel(shape) -> int:

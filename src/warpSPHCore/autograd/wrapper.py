@@ -5,15 +5,15 @@
 36 on, keeps SCALAR extras by position, prunes inert tensors (no forward tangent and no
 ``requires_grad``) out of the tracked list, and calls
 ``StateAwareWarpFunction.apply(jvp_fn, build_fn, launcher, kernel, shape, dtype, *tracked)``.
-Pruned tensors are converted to their cached views outside `apply` and merged back inside
-the wrapped `build_fn`; the kinds slots 8 and 9 are never pruned from a call that has any
+Pruned tensors travel as ``build_fn.side``: the bridge converts them to their cached views,
+merges them back through ``build_fn(..., side=views)`` and saves them for backward when the
+call records a gradient; the kinds slots 8 and 9 are never pruned from a call that has any
 grad-requiring or dual input (they must be saved for torch's version check, §12).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -23,14 +23,14 @@ from ..util.errorFlags import siteId
 from ..util.fieldRegistry import Field
 from ..util.precision import warpScalar
 from .arg_extract import _QK, _RK, extractStateInfo
-from .cache import getCachedWarpArray
 from .launcher import launch_kernel
-from .stateAwareWarpFunction import StateAwareWarpFunction
+from .stateAwareWarpFunction import bridgeApply
 
 __all__ = ["_launch", "launchState", "_launchFlat", "_isInertTensor", "warpWrapper2", "asScalarArg"]
 
 _TENSOR, _SCALAR = 0, 1  # ExtraKind values (operator_spec imports this module)
 _NEVER_PRUNED_WHEN_TRACKING = (_QK, _RK)
+_TENSOR_SLOT = object()  # a TENSOR extra's place among the SCALAR values of `build_fn`
 
 
 def _isInertTensor(t) -> bool:
@@ -141,7 +141,7 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
     full = list(flat) + tensorExtras
 
     tracking = any(isinstance(t, torch.Tensor) and not _isInertTensor(t) for t in full)
-    pruned: dict[int, Any] = {}
+    prunedIdx: list[int] = []
     trackedIdx: list[int] = []
     for idx, t in enumerate(full):
         if isinstance(t, Field):
@@ -149,33 +149,36 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
         elif tracking and idx in _NEVER_PRUNED_WHEN_TRACKING:
             trackedIdx.append(idx)
         elif _isInertTensor(t):
-            pruned[idx] = getCachedWarpArray(t, use_cache=True)
+            prunedIdx.append(idx)
         else:
             trackedIdx.append(idx)
     tracked = [full[idx] for idx in trackedIdx]
     n = len(full)
+    # the closure keeps no tensor: SCALAR extras only (the bridge keeps build_fn for backward)
+    scalars = tuple(_TENSOR_SLOT if int(k) == _TENSOR else _castScalar(a, scalar)
+                    for a, k in zip(extras, extraKinds))
 
-    def build_fn(warp_arrays, use_bundle=False):
+    def build_fn(warp_arrays, use_bundle=False, side=()):
         arrays = [None] * n
         for idx, wa in zip(trackedIdx, warp_arrays):
             arrays[idx] = wa
-        for idx, wa in pruned.items():
+        for idx, wa in zip(prunedIdx, side):
             arrays[idx] = wa
         args = build_state(arrays[:nState], use_bundle=use_bundle)
         it = iter(arrays[nState:])
-        for a, k in zip(extras, extraKinds):
-            if int(k) == _TENSOR:
-                args.append(next(it))
-            else:
-                args.append(_castScalar(a, scalar))
+        for value in scalars:
+            args.append(next(it) if value is _TENSOR_SLOT else value)
         return args
 
     build_fn.config = build_state.config
     build_fn.reverse = reverse
     build_fn.specialize = specialize
+    # pruned (inert) tensors travel beside the tracked ones: the bridge converts them to
+    # cached views and, when it records a gradient, saves them for backward
+    build_fn.side = [full[idx] for idx in prunedIdx]
 
     wrapped_jvp = jvp_fn
-    if jvp_fn is not None and pruned:
+    if jvp_fn is not None and prunedIdx:
         def wrapped_jvp(ctx, flat_tangents, *rest, **kw):  # noqa: F811
             # re-expand to absolute slots: pruned (inert) positions have no live tangent
             fullT = [None] * n
@@ -192,7 +195,7 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
     launcher = launch_kernel
     if numThreads is not None or lanes is not None:
         launcher = functools.partial(launch_kernel, numThreads=numThreads, lanes=lanes)
-    return StateAwareWarpFunction.apply(wrapped_jvp, build_fn, launcher, kernel, outputShape,
+    return bridgeApply(wrapped_jvp, build_fn, launcher, kernel, outputShape,
                                         outputDtype, *tracked)
 
 

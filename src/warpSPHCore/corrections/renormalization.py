@@ -49,7 +49,7 @@ import torch.autograd.forward_ad as fwAD
 import warp as wp
 
 from ..autograd.launcher import launch_kernel
-from ..autograd.stateAwareWarpFunction import StateAwareWarpFunction
+from ..autograd.stateAwareWarpFunction import bridgeApply
 from ..dataTypes.corrections import RenormalizationState, RenormalizationTangentState
 from ..enumTypes import WarpOperation
 from ..operations import warpOperation, warpOperationJVP
@@ -80,7 +80,7 @@ def _bridgeLaunch(kernel, C, outputDtypes, jvp=None):
         def jvp_fn(ctx, flat_tangents):
             return jvp(fwAD.unpack_dual(C).primal, flat_tangents[0])
 
-    return StateAwareWarpFunction.apply(jvp_fn, build_fn, launch_kernel, kernel, shape, dtype,
+    return bridgeApply(jvp_fn, build_fn, launch_kernel, kernel, shape, dtype,
                                         C)
 
 
