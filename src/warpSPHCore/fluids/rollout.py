@@ -2,13 +2,21 @@
 optional gradient checkpointing.
 
 `rollout(state, dt, steps, rateFn, checkpointEvery=k)` advances a `FluidState` by `steps`
-kick-drift-kick steps (`integrators.kickDriftKick`, one rate evaluation per step, the rates
-carried from step to step). Reverse mode through a long rollout keeps every step's saved
-tensors alive until the backward pass; with ``checkpointEvery = k`` the steps run in
+steps of a stepper (default `integrators.kickDriftKick`: one rate evaluation per step, the
+rates carried from step to step). Reverse mode through a long rollout keeps every step's
+saved tensors alive until the backward pass; with ``checkpointEvery = k`` the steps run in
 segments of k under `torch.utils.checkpoint` (non-reentrant): a segment keeps only its
 inputs (the state and the carried rates) and recomputes its steps during the backward pass,
 so the memory grows with steps / k segments plus one segment's steps, for one more forward
-evaluation of every step.
+evaluation of every step. The operators' autograd bridge keeps nothing but saved tensors
+(docs/autograd.md), so the recomputed steps' memory is freed as well (docs/fluids.md,
+"Differentiable rollouts").
+
+A segment carries every field of the state and of the rates, whatever their dataclasses
+(`FluidState` and `Rates`, or subclasses such as the transport velocity's
+`cases.transport.TransportState` / `TransportRates`): tensor fields travel through the
+checkpoint, the others (None, a time that is a Python number) are recorded by the segment's
+first run, and its recomputation reproduces them.
 
 The checkpointed and the plain rollout compute the same values, in the same order, so
 their gradients are identical (bitwise, tests/fluids/test_rollout.py); forward mode (dual
@@ -16,6 +24,8 @@ tensors) runs through `rollout` as through the steps themselves.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -25,37 +35,66 @@ from .integrators import FluidState, Rates, evaluateRates, kickDriftKick
 __all__ = ["rollout"]
 
 
-def _segment(rateFn, dt, steps: int, time, hasDensities: bool, stepper):
-    """The function of one checkpointed segment: tensors in, tensors out."""
+def _pack(*objects):
+    """(layout, tensors): the dataclass `objects` (or None) as their field values' tensors
+    and a layout that holds everything else (types, field names, the non-tensor values)."""
+    layout, tensors = [], []
+    for obj in objects:
+        if obj is None:
+            layout.append(None)
+            continue
+        names = tuple(f.name for f in dataclasses.fields(obj))
+        values = [getattr(obj, n) for n in names]
+        layout.append((type(obj), names,
+                       tuple(None if isinstance(v, torch.Tensor) else v for v in values),
+                       tuple(isinstance(v, torch.Tensor) for v in values)))
+        tensors += [v for v in values if isinstance(v, torch.Tensor)]
+    return tuple(layout), tuple(tensors)
 
-    def run(x, v, rho, a, drho):
-        state = FluidState(x, v, rho if hasDensities else None, time)
-        rates = Rates(a, drho if hasDensities else None)
+
+def _unpack(layout, tensors) -> list:
+    """The objects `_pack` flattened, rebuilt from `layout` and `tensors`."""
+    it = iter(tensors)
+    objects = []
+    for entry in layout:
+        if entry is None:
+            objects.append(None)
+            continue
+        cls, names, static, isTensor = entry
+        values = [next(it) if t else v for v, t in zip(static, isTensor)]
+        objects.append(cls(**dict(zip(names, values))))
+    return objects
+
+
+def _segment(rateFn, dt, steps: int, layout, stepper, result: list):
+    """The function of one checkpointed segment: tensors in, tensors out; the output's
+    layout goes to ``result[0]``."""
+
+    def run(*tensors):
+        state, rates = _unpack(layout, tensors)
         for _ in range(steps):
             state, rates = stepper(state, dt, rateFn, rates)
-        empty = x.new_zeros(0)
-        return (state.positions, state.velocities,
-                state.densities if hasDensities else empty, rates.accelerations,
-                rates.densityRates if hasDensities else empty)
+        result[0], out = _pack(state, rates)
+        return out
 
     return run
 
 
 def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int | None = None,
             rates: Rates | None = None, stepper=kickDriftKick):
-    """`steps` kick-drift-kick steps of `state` (module docstring).
+    """`steps` steps of `state` (module docstring).
 
     Args:
-        state: the initial `FluidState`.
+        state: the initial `FluidState` (or a subclass).
         dt: the time step (a number or a 0-dim tensor; differentiable).
         steps: the number of steps (>= 0).
         rateFn: ``rates(state) -> Rates``.
         checkpointEvery: segment length k of the checkpointed rollout, or None (plain).
-        rates: the rates at `state` when known (evaluated otherwise).
+        rates: the rates at `state` when known (evaluated otherwise: here for
+            `kickDriftKick`, by the stepper's first step for any other stepper).
         stepper: ``stepper(state, dt, rateFn, rates) -> (state, rates)`` (default
-            `kickDriftKick`). A checkpointed segment carries the state and the
-            accelerations and density rates only, so a stepper whose rates carry more (the
-            transport velocity's `cases.transport.TransportRates`) runs unsegmented.
+            `kickDriftKick`; e.g. `cases.transport.transportKickDriftKick`). A checkpointed
+            segment carries every field of its state and rates.
 
     Returns:
         ``(final state, rates at the end)``.
@@ -68,23 +107,18 @@ def rollout(state: FluidState, dt, steps: int, rateFn, *, checkpointEvery: int |
                          f"{checkpointEvery!r}")
     if rates is None and stepper is kickDriftKick:
         rates = evaluateRates(rateFn, state)
-    if checkpointEvery is None or not torch.is_grad_enabled() or stepper is not kickDriftKick:
+    if checkpointEvery is None or not torch.is_grad_enabled():
         for _ in range(steps):
             state, rates = stepper(state, dt, rateFn, rates)
         return state, rates
-    hasDensities = state.densities is not None
-    empty = state.positions.new_zeros(0)
-    tensors = (state.positions, state.velocities,
-               state.densities if hasDensities else empty, rates.accelerations,
-               rates.densityRates if hasDensities else empty)
-    done, time = 0, state.time
+    layout, tensors = _pack(state, rates)
+    done = 0
     while done < steps:
         k = min(checkpointEvery, steps - done)
-        tensors = checkpoint(_segment(rateFn, dt, k, time, hasDensities, stepper), *tensors,
+        result = [None]
+        tensors = checkpoint(_segment(rateFn, dt, k, layout, stepper, result), *tensors,
                              use_reentrant=False)
+        layout = result[0]
         done += k
-        for _ in range(k):  # as the plain rollout adds it, step by step
-            time = time + dt
-    x, v, rho, a, drho = tensors
-    final = FluidState(x, v, rho if hasDensities else None, time)
-    return final, Rates(a, drho if hasDensities else None)
+    state, rates = _unpack(layout, tensors)
+    return state, rates
