@@ -129,10 +129,10 @@ def test_checkpointed_gradients_are_bitwise_the_plain_ones(plain):
         assert torch.equal(grads[k], grads5[k]), k
 
 
-def test_taylor_green_rates_gradient_in_viscosity():
-    """Through the case's own rates (edge-sum momentum, number-density volumes,
-    background pressure) and the transport-velocity stepper, 12 steps on the 10 x 10
-    lattice."""
+def _taylorGreenTransport(k="loop"):
+    """``loss(mu) -> (loss, final rates)``: 12 transport-velocity steps of the Taylor-Green
+    case's own rates on the 10 x 10 lattice, as a step-by-step loop (`k` = "loop") or a
+    `rollout` checkpointed in segments of `k` (None: plain)."""
     case = tgv.setup(tgv.TaylorGreenConfig(n=10, t=0.05, relax=0))
     x0 = case.positions + 0.1 * case.dx * torch.sin(7.0 * case.positions.flip(1))
     v0 = tgv.taylorGreenVelocity(x0, 1.0)
@@ -146,11 +146,27 @@ def test_taylor_green_rates_gradient_in_viscosity():
                 case.domain)
             return rateFn(state, adj)
 
-        s, r = FluidState(x0, v0), None
-        for _ in range(12):
-            s, r = transportKickDriftKick(s, case.dt, rates, r)
+        if k == "loop":
+            s, r = FluidState(x0, v0), None
+            for _ in range(12):
+                s, r = transportKickDriftKick(s, case.dt, rates, r)
+        else:
+            s, r = rollout(FluidState(x0, v0), case.dt, 12, rates, checkpointEvery=k,
+                           stepper=transportKickDriftKick)
         return 0.5 * (case.masses[:, None] * s.velocities**2).sum() \
-            + (P["w"] * s.positions).sum()
+            + (P["w"] * s.positions).sum(), r
+
+    return loss
+
+
+def test_taylor_green_rates_gradient_in_viscosity():
+    """Through the case's own rates (edge-sum momentum, number-density volumes,
+    background pressure) and the transport-velocity stepper, 12 steps on the 10 x 10
+    lattice."""
+    run = _taylorGreenTransport()
+
+    def loss(mu):
+        return run(mu)[0]
 
     mu = torch.tensor(0.01, dtype=F64, requires_grad=True)
     (g,) = torch.autograd.grad(loss(mu), mu)
@@ -168,30 +184,6 @@ def test_taylor_green_transport_rollout_checkpointed_is_bitwise_the_plain_one():
     plain, give the same loss and viscosity gradient, bitwise, and equal the step-by-step
     loop of the test above; the checkpointed run saves under a quarter of the plain run's
     tensors outside its segments."""
-    case = tgv.setup(tgv.TaylorGreenConfig(n=10, t=0.05, relax=0))
-    x0 = case.positions + 0.1 * case.dx * torch.sin(7.0 * case.positions.flip(1))
-    v0 = tgv.taylorGreenVelocity(x0, 1.0)
-
-    def run(mu, k):
-        rateFn = tgv.taylorGreenRates(case, viscosity=mu)
-
-        def rates(state):
-            adj = radiusSearchCompactHashMap(
-                ParticleState(state.positions.detach(), case.supports, case.masses, case.kinds),
-                case.domain)
-            return rateFn(state, adj)
-
-        if k == "loop":
-            s, r = FluidState(x0, v0), None
-            for _ in range(12):
-                s, r = transportKickDriftKick(s, case.dt, rates, r)
-        else:
-            s, r = rollout(FluidState(x0, v0), case.dt, 12, rates, checkpointEvery=k,
-                           stepper=transportKickDriftKick)
-        loss = 0.5 * (case.masses[:, None] * s.velocities**2).sum() \
-            + (P["w"] * s.positions).sum()
-        return loss, r
-
     results, saved = {}, {}
     for k in ("loop", None, 5):
         mu = torch.tensor(0.01, dtype=F64, requires_grad=True)
@@ -202,7 +194,7 @@ def test_taylor_green_transport_rollout_checkpointed_is_bitwise_the_plain_one():
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss, r = run(mu, k)
+            loss, r = _taylorGreenTransport(k)(mu)
         saved[k] = total[0]
         results[k] = (loss.detach(), torch.autograd.grad(loss, mu)[0], type(r))
     for k in (None, 5):

@@ -53,6 +53,14 @@ def _gradient(x, f, q, dom, adj):
                          adjacency=adj)
 
 
+def _op(device, op):
+    """(the positions leaf, `op`'s output): the Density, or the Gradient of a field."""
+    dom, q, adj = _setup(device)
+    x = q.positions.clone().requires_grad_(True)
+    f = torch.linspace(-1.0, 1.0, q.positions.shape[0], dtype=F64, device=device)
+    return x, _density(x, q, dom, adj) if op == "Density" else _gradient(x, f, q, dom, adj)
+
+
 def test_checkpointed_segment_frees_its_tensors(device):
     dom, q, adj = _setup(device)
     w = torch.linspace(0.5, 1.5, q.positions.shape[0], dtype=F64, device=device)
@@ -106,10 +114,7 @@ def _reachable(node):
 
 @pytest.mark.parametrize("op", ["Density", "Gradient"])
 def test_graph_node_holds_no_tensor(device, op):
-    dom, q, adj = _setup(device)
-    x = q.positions.clone().requires_grad_(True)
-    f = torch.linspace(-1.0, 1.0, q.positions.shape[0], dtype=F64, device=device)
-    out = _density(x, q, dom, adj) if op == "Density" else _gradient(x, f, q, dom, adj)
+    x, out = _op(device, op)
     node = _bridgeNode(out.grad_fn)
     assert node.jvp_fn is None  # dropped after apply by bridgeApply
     held = [o for o in _reachable(node) if isinstance(o, (torch.Tensor, wp.array))]
@@ -133,11 +138,8 @@ def test_inplace_write_to_a_pruned_input_fails_the_version_check(device, what):
 
 @pytest.mark.parametrize("op", ["Density", "Gradient"])
 def test_second_backward_of_a_retained_graph(device, op):
-    dom, q, adj = _setup(device)
-    x = q.positions.clone().requires_grad_(True)
-    f = torch.linspace(-1.0, 1.0, q.positions.shape[0], dtype=F64, device=device)
-    out = _density(x, q, dom, adj) if op == "Density" else _gradient(x, f, q, dom, adj)
-    seed = torch.linspace(0.2, 1.2, out.numel(), dtype=F64, device=device).view_as(out)
+    x, out = _op(device, op)
+    seed = torch.linspace(0.2, 1.2, out.numel(), dtype=F64, device=x.device).view_as(out)
     (first,) = torch.autograd.grad(out, x, seed, retain_graph=True)
     (second,) = torch.autograd.grad(out, x, seed)
     assert torch.equal(first, second)
