@@ -4,11 +4,12 @@ An operator may declare ``OperatorSpec.specialize``, a factory ``(config) -> ker
 that returns a forward-only kernel compiled for exactly the configuration of a call
 (`build_fn.config`: scalar type, dimension, smoothing kernel, support scheme, kind mode,
 traversal, calibration, corrections), in its own small Warp module, or None when the call
-needs the generic kernel. The bridge uses it for every launch that Warp's tape does not
-differentiate: calls without a tensor requiring grad, and calls whose backward is the
-operator's hand-written reverse kernel (`autograd.reverse`). A `wp.Tape` launch always takes
-the generic kernel, whose generated adjoint the tape replays. ``ReverseSpec.specialize``
-does the same for a hand-written reverse kernel.
+needs the generic kernel. The bridge launches it for every forward pass it covers: calls
+without a tensor requiring grad, calls whose backward is the operator's hand-written reverse
+kernel (`autograd.reverse`), and calls that Warp's tape differentiates; the tape (recorded in
+backward) always records the generic kernel's overload with its adjoint (`tapedKernel`),
+whose generated adjoint it runs. ``ReverseSpec.specialize`` does the same for a
+hand-written reverse kernel.
 
 Launches without a factory, or whose factory does not cover the call (the other operators,
 the JVP kernels, the correction builders' kernels), take `concreteOverload`: the generic

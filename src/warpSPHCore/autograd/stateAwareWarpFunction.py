@@ -138,6 +138,23 @@ def _untaped(build_fn, kernel, reverse=None):
     return specializedKernel(getattr(build_fn, "specialize", None), config, kernel)
 
 
+def _tapedForward(build_fn, kernel):
+    """(the kernel the forward pass of a taped call launches, the kernel backward records on
+    its tape): the operator's specialised forward kernel when it covers the call (faster, and
+    the values of the same call without grad), else the taped kernel itself (no second
+    module to compile); the tape always records the taped kernel, whose adjoint it runs."""
+    config = getattr(build_fn, "config", None)
+    if config is None:
+        return kernel, kernel
+    taped = tapedKernel(config, kernel)
+    factory = getattr(build_fn, "specialize", None)
+    if factory is not None and specializationEnabled():
+        fast = factory(config)
+        if fast is not None:
+            return fast, taped
+    return taped, taped
+
+
 def _kernelName(kernel) -> str:
     return str(getattr(kernel, "key", None) or getattr(kernel, "__name__", None) or kernel)
 
@@ -282,16 +299,13 @@ class StateAwareWarpFunction(torch.autograd.Function):
                                                 reverse.eligible(build_fn.config, args)):
                     reverse = None
                 if reverse is not None:
-                    launched = _untaped(build_fn, kernel, reverse)
+                    launched = recorded = _untaped(build_fn, kernel, reverse)
                 else:
-                    launched = kernel
-                    config = getattr(build_fn, "config", None)
-                    if config is not None:
-                        launched = tapedKernel(config, kernel)
+                    launched, recorded = _tapedForward(build_fn, kernel)
                 result = launcher(launched, output_shape, output_dtype, *args)
             else:
                 reverse = None
-                launched = None
+                recorded = None
                 result = launcher(_untaped(build_fn, kernel), output_shape, output_dtype, *args)
 
         multi = isinstance(result, (tuple, list))
@@ -310,7 +324,7 @@ class StateAwareWarpFunction(torch.autograd.Function):
         if anyRG:
             ctx.build_fn = build_fn
             ctx.launcher = launcher
-            ctx.taped_kernel = launched
+            ctx.taped_kernel = recorded
             ctx.output_shape, ctx.output_dtype = output_shape, output_dtype
             ctx.side_count = len(side)
             # Fields and pass-through objects (no tensors of the call's own)
