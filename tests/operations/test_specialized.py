@@ -519,13 +519,13 @@ def test_other_operators_use_their_concrete_overload(device, op):
     assert concreteOverload(generic, {"dim": 3, "scalar": wp.float32}) is not k
 
 
-def test_taped_launches_run_their_overload_with_its_adjoint(device):
-    """A call that Warp's tape differentiates (Density has no hand-written reverse kernel;
-    a CRK Gradient is not eligible for it) records the generic kernel's own (d, dtype)
-    overload compiled alone with its adjoint (`autograd.specialize.tapedKernel`): the same
-    gradients as the generic module, and a float64 gradcheck through it. Its forward pass
-    runs the specialised kernel (the values of the same call without grad), equal to the
-    generic kernel's to rounding."""
+def test_taped_launches_run_their_overload_with_its_adjoint(device, monkeypatch):
+    """A call that Warp's tape differentiates (here a Density with the hand-written reverse
+    kernels switched off; a CRK Gradient is not eligible for them) records the generic
+    kernel's own (d, dtype) overload compiled alone with its adjoint
+    (`autograd.specialize.tapedKernel`): the same gradients as the generic module, and a
+    float64 gradcheck through it. Its forward pass runs the specialised kernel (the values
+    of the same call without grad), equal to the generic kernel's to rounding."""
     import warp as wp
 
     from warpSPHCore.autograd.specialize import tapedKernel
@@ -536,6 +536,7 @@ def test_taped_launches_run_their_overload_with_its_adjoint(device):
              scheme=GradientScheme.Naive)
     q0, dom, adj = _setup(c, device, n=24)
     pr = _calProps(WarpOperation.Density, c)
+    monkeypatch.setenv("WARPSPHCORE_DISABLE_REVERSE_KERNELS", "1")
 
     def run():
         x = q0.positions.detach().clone().requires_grad_(True)

@@ -199,11 +199,13 @@ def _tangentFields(vec, mat, s):
 
 def _cotangentFields(vec, mat, s):
     """The reverse pack of a hand-written reverse kernel (`autograd.reverse`): the primal field
-    values, the output cotangent (``seed``, one d-vector per output row) and the gradient
-    buffers it scatters into, each with a presence flag (an input without grad has no buffer
-    and its flag is False, so nothing is written for it)."""
+    values, the output cotangent (``seed``, one d-vector per output row; ``scalarSeed``, one
+    scalar per row, for a scalar output such as the Density's) and the gradient buffers it
+    scatters into, each with a presence flag (an input without grad has no buffer and its
+    flag is False, so nothing is written for it)."""
     return {
         "values": wp.array(dtype=s), "seed": wp.array(dtype=vec),
+        "scalarSeed": wp.array(dtype=s),
         "qPositions": wp.array(dtype=vec), "qSupports": wp.array(dtype=s),
         "qDensities": wp.array(dtype=s),
         "rPositions": wp.array(dtype=vec), "rSupports": wp.array(dtype=s),

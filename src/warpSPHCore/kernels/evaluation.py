@@ -79,6 +79,7 @@ __all__ = [
     "sphKernelHessian",
     "sphKernelHessianDot",
     "sphKernelGradientVJP",
+    "sphKernelValueVJP",
     "sphKernelHessianDkDh",
     "sphKernelThirdDerivative",
     "sphKernelThirdDerivativeContract",
@@ -270,6 +271,26 @@ def sphKernelHessianDot(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
         kk = _radial(x, h, kernel, d)
         res = _hessianDot(x, u, r, q, h, kk[1], kk[2])
     return res
+
+
+@wp.func(inline=False)
+def sphKernelValueVJP(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
+    """(W, grad W, dW/dh) from one shape evaluation: the per-pair quantities of the Density's
+    hand-written reverse kernel. The same values as `sphKernel`, `sphKernelGradient` and
+    `sphKernelDkDh` (grad W(0) = 0)."""
+    r = wp.length(x)
+    q = r / h
+    W = type(h)(0.0)
+    G = type(x)()
+    Wh = type(h)(0.0)
+    if q <= type(h)(1.0):
+        ih = type(h)(1.0) / h
+        s = sphShape(q, kernel, d)
+        c = _cd(kernel, d, h) * _ipow(ih, d)
+        W = c * s[0]
+        G = x * ((c * s[1] * ih) / wp.max(r, sphKernelEps(h)))
+        Wh = -(c * ih) * (type(h)(d) * s[0] + q * s[1])
+    return W, G, Wh
 
 
 @wp.func(inline=False)

@@ -9,6 +9,7 @@ configuration, for the forward-only specialised operator kernels (`operators._sp
 ``W_ij(x, h_i, h_j)``  W under the support scheme (`kernels.md` §6)
 ``gradW_ij(...)``      grad W under the support scheme
 ``gradVJP_ij(x, h_i, h_j, u)``  (G, H u, u . dG/dh_i, u . dG/dh_j) for a cotangent u
+``valueVJP_ij(x, h_i, h_j)``  (W, G, dW/dh_i, dW/dh_j): the Density's reverse quantities
                        (`kernels.support.sphKernelGradientVJP_ij`)
 =====================  ===================================================================
 
@@ -201,7 +202,52 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
                 gh_j = gh
         return G, Hu, gh_i, gh_j
 
+    @specialFunction(tag)
+    def valueVJP(x: V, h: S):
+        """(W, grad W, dW/dh) from one shape evaluation
+        (`kernels.evaluation.sphKernelValueVJP`)."""
+        r = wp.length(x)
+        q = r / h
+        Wv = S(0.0)
+        G = V()
+        wh = S(0.0)
+        if q <= S(1.0):
+            ih = S(1.0) / h
+            s = shape(q)
+            c = S(wp.float64(cd)) * _ipow(ih, wp.static(d))
+            Wv = c * s[0]
+            G = x * ((c * s[1] * ih) / wp.max(r, sphKernelEps(h)))
+            wh = -(c * ih) * (S(wp.static(d)) * s[0] + q * s[1])
+        return Wv, G, wh
+
+    @specialFunction(tag)
+    def valueVJP_ij(x: V, h_i: S, h_j: S):
+        """`kernels.support.sphKernelVJP_ij` for this scheme: (W, grad W, dW/dh_i, dW/dh_j),
+        the support tangents of h_ij constants of the scheme (max: the larger support's, h_i
+        on a tie)."""
+        Wv, G, wh = valueVJP(x, support_ij(h_i, h_j))
+        wh_i = wh
+        wh_j = S(0.0)
+        if wp.static(average):
+            W2, G2, wh2 = valueVJP(x, h_j)
+            Wv = (Wv + W2) * S(0.5)
+            G = (G + G2) * S(0.5)
+            wh_i = wh * S(0.5)
+            wh_j = wh2 * S(0.5)
+        elif wp.static(mode == 12):
+            wh_i = S(0.0)
+            wh_j = wh
+        elif wp.static(mode == 13):
+            wh_i = wh * S(0.5)
+            wh_j = wh * S(0.5)
+        elif wp.static(mode != 11):
+            if h_j > h_i:
+                wh_i = S(0.0)
+                wh_j = wh
+        return Wv, G, wh_i, wh_j
+
     ns = type("PairKernels", (), {})()
     ns.W, ns.gradW, ns.W_ij, ns.gradW_ij = W, gradW, W_ij, gradW_ij
     ns.gradVJP_ij = gradVJP_ij
+    ns.valueVJP_ij = valueVJP_ij
     return ns

@@ -50,6 +50,7 @@ from .evaluation import (
     sphKernelLaplacianDkDh,
     sphKernelLaplacianGradient,
     sphKernelLaplacianJVP,
+    sphKernelValueVJP,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "sphKernelJVPPositions_ij",
     "sphKernelGradientJVPPositions_ij",
     "sphKernelGradientVJP_ij",
+    "sphKernelVJP_ij",
     "sphKernelDkDh_ij",
     "sphGradientDkDh_ij",
     "sphKernelHessian_ij",
@@ -256,6 +258,33 @@ def sphKernelGradientVJP_ij(x_ij: Any, h_i: Any, h_j: Any, u: Any, supportMode: 
         gh_i = gh * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
         gh_j = gh * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
     return G, Hu, gh_i, gh_j
+
+
+@wp.func
+def sphKernelVJP_ij(x_ij: Any, h_i: Any, h_j: Any, supportMode: Any, kernel: wp.int32,
+                    d: wp.int32):
+    """(W, grad W, dW/dh_i, dW/dh_j) with W = `sphKernel_ij`: the exact transpose of
+    `sphKernelJVP_ij` (averaged schemes: half of each single-support term; otherwise the
+    tangent of h_ij, `computePairwiseSupportJVP`, with unit tangents, so a max tie goes to
+    h_i in both modes). One shape evaluation per single support
+    (`evaluation.sphKernelValueVJP`)."""
+    avg = _averaged(supportMode)
+    one = type(h_i)(1.0)
+    zero = type(h_i)(0.0)
+    W, G, wh = sphKernelValueVJP(x_ij, _firstSupport(h_i, h_j, supportMode, avg), kernel, d)
+    wh_i = wh
+    wh_j = zero
+    if avg:
+        half = type(h_i)(0.5)
+        W2, G2, wh2 = sphKernelValueVJP(x_ij, h_j, kernel, d)
+        W = (W + W2) * half
+        G = (G + G2) * half
+        wh_i = wh * half
+        wh_j = wh2 * half
+    else:
+        wh_i = wh * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
+        wh_j = wh * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
+    return W, G, wh_i, wh_j
 
 
 # --- helper column: SuperSymmetric averaged, every other scheme at h_ij --------------------

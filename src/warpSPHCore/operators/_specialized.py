@@ -77,7 +77,8 @@ from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
-           "specializedKernel", "specializedStructs", "densitySpecialized", "gradientSpecialized",
+           "specializedKernel", "specializedStructs", "densitySpecialized", "densityVJPSpecialized",
+           "densityPairedSpecialized", "gradientSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "specializedKernelCount"]
 
@@ -288,7 +289,7 @@ def _queryAdmitted(cfg: Configuration):
 
 
 @functools.cache
-def _densityKernel(cfg: Configuration):
+def _densityKernel(cfg: Configuration, module: str = "unique"):
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
@@ -315,13 +316,91 @@ def _densityKernel(cfg: Configuration):
                 rho = rho * kernelProperties.normalizationCoefficient
         out[i] = rho
 
-    return _kernel(density, "density", cfg)
+    return _kernel(density, "density", cfg, module)
 
 
 def densitySpecialized(config: dict):
     """`OperatorSpec.specialize` of the Density: every configuration with a known kernel."""
     cfg = configurationOf(config)
     return None if cfg is None else _densityKernel(cfg)
+
+
+@functools.cache
+def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
+    """The Density's hand-written reverse kernel (`density.densityVJPKernel`) for one
+    configuration: the same per-pair adjoint with the specialised (W, G, dW/dh_i, dW/dh_j)
+    of `kernels.specialized` (`valueVJP_ij`)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("densityVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        u = p.scalarSeed[i]
+        if wp.static(cfg.calibrate):
+            u = u * ks.normalizationCoefficient
+        Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, r.supports[j])
+        um = u * r.masses[j]
+        res = um * Gv
+        if p.hasRPositions:
+            wp.atomic_sub(p.rPositions, j, res)
+        if p.hasQSupports:
+            wp.atomic_add(p.qSupports, i, um * wh_i)
+        if p.hasRSupports:
+            wp.atomic_add(p.rSupports, j, um * wh_j)
+        if p.hasRMasses:
+            wp.atomic_add(p.rMasses, j, u * Wv)
+        return res
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def densityVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                   adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                   cotangents: X):
+        i = wp.tid()
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, 0, 1, queryState, referenceState,
+                         domainState, correctionData, kernelProperties, cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(densityVJP, "densityVJP", cfg, module)
+
+
+#: Density configuration -> its reverse kernel built in a forward + reverse module
+_PAIRED_DENSITY_VJP: dict = {}
+
+
+def densityVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Density: every configuration with a known kernel; the
+    copy that shares a module with the forward kernel (`densityPairedSpecialized`) when one
+    was built."""
+    cfg = configurationOf(config)
+    if cfg is None:
+        return None
+    paired = _PAIRED_DENSITY_VJP.get(cfg)
+    return paired if paired is not None else _densityVJPKernel(cfg)
+
+
+@functools.cache
+def _densityPair(cfg: Configuration):
+    """The Density's forward kernel of `cfg` built in one Warp module with its reverse kernel
+    (as `_gradientPair`): a differentiated call compiles one module instead of two."""
+    module = f"warpSPHCore_densityAndVJP_{cfg.tag}_pair"
+    # both kernels exist before either is launched (W79)
+    _PAIRED_DENSITY_VJP[cfg] = _densityVJPKernel(cfg, module)
+    return _densityKernel(cfg, module)
+
+
+def densityPairedSpecialized(config: dict):
+    """`ReverseSpec.pairedForward` of the Density: the forward kernel of a call that its
+    reverse kernel will differentiate, compiled with it (`_densityPair`)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _densityPair(cfg)
 
 
 @functools.cache

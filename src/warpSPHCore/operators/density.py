@@ -10,7 +10,11 @@
   and renormalization are ignored.
 
 Derivatives: reverse mode w.r.t. query/reference positions, supports and reference masses
-(through `StateAwareWarpFunction`). Forward mode (`autodiff.md` §9.5): `densityJVPKernel`,
+(through `StateAwareWarpFunction`): the hand-written reverse kernel `densityVJPKernel`
+(`DENSITY_REVERSE`, one traversal, W, grad W and dW/dh from one shape evaluation per
+support, `sphKernelVJP_ij`) for every call whose only gradient buffers are those of the
+particle states; Warp's generated adjoint of `densityKernel` otherwise (a differentiable
+domain or correction input). Forward mode (`autodiff.md` §9.5): `densityJVPKernel`,
 ``drho_i = N sum_j (dm_j W_ij + m_j dW_ij)`` for position, support and reference-mass
 tangents (`densityJVPPairTerm`, the same traversal, kinds and calibration as the primal);
 itself reverse-differentiable.
@@ -22,18 +26,19 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
+from ..autograd.reverse import ReverseSpec, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import sphKernel_ij
+from ..kernels.support import sphKernel_ij, sphKernelVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._specialized import densitySpecialized
+from ._specialized import densityPairedSpecialized, densitySpecialized, densityVJPSpecialized
 from ._tangents import kernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
 __all__ = ["densityPairTerm", "densityKernel", "DENSITY_SPEC", "densityJVPPairTerm",
-           "densityJVPKernel"]
+           "densityJVPKernel", "densityVJPPairTerm", "densityVJPKernel", "DENSITY_REVERSE"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -124,6 +129,97 @@ def densityJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(densityJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+
+@wp.func
+def densityVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                       dom: Any, corr: Any, ks: Any, p: Any):
+    """The adjoint of m_j W_ij for the row cotangent u = N scalarSeed[i]: scatters -u m_j G_ij
+    to x_j, u m_j dW/dh to h_i and h_j and u W_ij to m_j; returns the x_i adjoint
+    u m_j G_ij (a d-vector), 0 if reference j fails the mode's test."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        u = p.scalarSeed[i]
+        if ks.calibrateNormalization:
+            u = u * ks.normalizationCoefficient
+        W, G, wh_i, wh_j = sphKernelVJP_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
+                                           ks.kernelFunction, dom.dim)
+        um = u * r.masses[j]
+        res = um * G
+        if p.hasRPositions:
+            wp.atomic_sub(p.rPositions, j, res)
+        if p.hasQSupports:
+            wp.atomic_add(p.qSupports, i, um * wh_i)
+        if p.hasRSupports:
+            wp.atomic_add(p.rSupports, j, um * wh_j)
+        if p.hasRMasses:
+            wp.atomic_add(p.rMasses, j, u * W)
+    return res
+
+
+densityVJPCsrSum, densityVJPGridSum = makeNeighborSum(densityVJPPairTerm, "densityVJP",
+                                                      vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def densityVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                     useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                     correctionData: Any, kernelProperties: Any, cotangents: Any):
+    """Thread i: the reverse of `densityKernel`'s row i for the cotangent
+    ``cotangents.scalarSeed[i]``, one traversal; nothing for a masked query (its row is 0)."""
+    i = wp.tid()
+    ks = kernelProperties
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = densityVJPCsrSum(adjacencyState, i, 0, 1, queryState, referenceState,
+                                   domainState, correctionData, ks, cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = densityVJPGridSum(gridState, cell, i, 0, 1, queryState, referenceState,
+                                    domainState, correctionData, ks, cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(densityVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument: the Density reads
+# positions, supports, reference masses and kinds; query masses and both sides' densities
+# are never read (their gradient is exactly zero, and an aliased query mass shares the
+# reference's buffer)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"}}
+
+
+def _reverseEligible(config, args):
+    """Every kernel, support scheme, kind mode, calibration and traversal; a
+    differentiable domain or correction input keeps the tape path."""
+    return gradientBuffersWithin(args, _REVERSE_FIELDS)
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks = args
+    pack = structFor("cotangent", config["dim"], config["scalar"])()
+    pack.scalarSeed = outputs[0].grad
+    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
+                             ("qSupports", "hasQSupports", qs.supports),
+                             ("rPositions", "hasRPositions", rs.positions),
+                             ("rSupports", "hasRSupports", rs.supports),
+                             ("rMasses", "hasRMasses", rs.masses)):
+        setattr(pack, field, arr.grad)
+        setattr(pack, flag, arr.grad is not None)
+    return int(qs.positions.shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
+                                        pack]
+
+
+DENSITY_REVERSE = ReverseSpec(kernel=densityVJPKernel, eligible=_reverseEligible,
+                              build=_reverseLaunch, specialize=densityVJPSpecialized,
+                              pairedForward=densityPairedSpecialized)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -133,5 +229,6 @@ DENSITY_SPEC = OperatorSpec(
     outputs=(OutputSpec(dtype=_callScalar, shape=ShapeOf.QUERY),),
     extras=(),
     jvp=JVPSpec(geometryKernel=densityJVPKernel),
+    reverse=DENSITY_REVERSE,
     specialize=densitySpecialized,
 )
