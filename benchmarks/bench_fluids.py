@@ -7,7 +7,12 @@ periodic unit square, dx = 1/50, one CPU thread), in one run:
    Momentum operator with the background-pressure sum), the Momentum operator against the
    lean hand-written kernel (`lean.leanMomentum`, same neighbour list), and the whole step
    (kick, transport velocity, drift, search, volumes, equation of state, momentum, kick);
-   the step's ratio to the sum of its calls and particles x steps per second.
+   the step's ratio to the sum of its calls and particles x steps per second;
+3. reverse mode through the Taylor-Green rate evaluation (volumes, then the fused Momentum,
+   positions and velocities requiring grad, a fixed scalar loss of both outputs): each
+   call's forward and backward, with the hand-written reverse kernels (the Density's; the
+   Momentum has none and takes Warp's adjoint) and with every call on the tape
+   (``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1``, switched in the same process), interleaved.
 
 Each call gets new input tensors every time (a simulation step: no call plan replays it).
 Prints medians (ms) and writes JSON (`--json`, default `benchmarks/results/fluids.json`).
@@ -115,11 +120,12 @@ def main(argv=None) -> int:
         print(f"  {name:36s} {ms:7.2f}")
     print(f"  {'sum':36s} {sum(rows.values()):7.2f}")
     tgv = _taylorGreenStep(side, args.repeats)
+    reverse = _taylorGreenReverse(side, args.repeats)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"particles": n, "pairs": int(adj.i.numel()), "ms": rows,
-                               "sum_ms": sum(rows.values()), "taylorGreenStep": tgv},
-                              indent=2))
+                               "sum_ms": sum(rows.values()), "taylorGreenStep": tgv,
+                               "taylorGreenReverse": reverse}, indent=2))
     print(f"wrote {out}")
     return 0
 
@@ -218,6 +224,80 @@ def _taylorGreenStep(side: int, repeats: int) -> dict:
             "step_ms": stepMs, "step_over_sum": stepMs / total,
             "particle_steps_per_s": n / stepMs * 1e3, "lean_momentum_ms": leanMs,
             "momentum_over_lean": rows["momentum + background (fused)"] / leanMs}
+
+
+def _taylorGreenReverse(side: int, repeats: int) -> dict:
+    """Section 3 of the module docstring; returns its numbers (ms)."""
+    import os
+
+    from warpSPHCore.util.gates import refreshGates
+
+    f64, d = torch.float64, 2
+    dx = 1.0 / side
+    nu, c0, rho0 = 0.01, 10.0, 1.0
+    g = torch.Generator().manual_seed(0)
+    grid = torch.stack(torch.meshgrid(*[torch.arange(side, dtype=f64)] * d, indexing="ij"),
+                       -1).reshape(-1, d)
+    x0 = (grid + 0.5 + 0.2 * (torch.rand(grid.shape, generator=g, dtype=f64) - 0.5)) * dx
+    n = x0.shape[0]
+    H = torch.full((n,), 4 * dx, dtype=f64)
+    m = torch.full((n,), rho0 * dx * dx, dtype=f64)
+    kinds = torch.zeros(n, dtype=torch.int32)
+    dom = DomainDescription(torch.zeros(d, dtype=f64), torch.ones(d, dtype=f64), [True, True])
+    u0 = torch.stack([-torch.cos(2 * math.pi * x0[:, 0]) * torch.sin(2 * math.pi * x0[:, 1]),
+                      torch.sin(2 * math.pi * x0[:, 0]) * torch.cos(2 * math.pi * x0[:, 1])], 1)
+    with torch.no_grad():
+        adj = radiusSearchCompactHashMap(ParticleState(x0, H, m, kinds), dom,
+                                         mode=SupportScheme.Gather)
+    w = torch.sin(7.0 * x0)
+
+    def once():
+        """(volumes forward, momentum forward, backward) in ms, one evaluation."""
+        x = x0.clone().requires_grad_(True)
+        u = u0.clone().requires_grad_(True)
+        t0 = time.perf_counter()
+        V = numberDensityVolumes(ParticleState(x, H, m, kinds), dom, adj, kernel=KERNEL)
+        t1 = time.perf_counter()
+        rho = m / V
+        a, ab = transportVelocityAccelerations(
+            ParticleState(x, H, m, kinds, rho), c0 * c0 * (rho - rho0), u, dom, adj,
+            backgroundPressure=rho0 * c0 * c0, dynamicViscosity=rho0 * nu, volumes=V,
+            kernel=KERNEL)
+        t2 = time.perf_counter()
+        ((a * w).sum() + (ab * w).sum()).backward()
+        t3 = time.perf_counter()
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3
+
+    gate = "WARPSPHCORE_DISABLE_REVERSE_KERNELS"
+    before = os.environ.get(gate)
+    samples = {"reverse kernels": [], "tape": []}
+    try:
+        for k in range(repeats + 2):
+            for route, value in (("reverse kernels", "0"), ("tape", "1")):
+                os.environ[gate] = value
+                refreshGates()
+                t = once()
+                if k >= 2:  # two warm-up rounds
+                    samples[route].append(t)
+    finally:
+        if before is None:
+            os.environ.pop(gate, None)
+        else:
+            os.environ[gate] = before
+        refreshGates()
+    rows = {}
+    print(f"Taylor-Green rates in reverse mode (volumes + fused Momentum, d/dx and d/du), {n} "
+          f"particles, median of {repeats} interleaved rounds (ms)")
+    print(f"  {'route':16s} {'volumes fwd':>12s} {'momentum fwd':>13s} {'backward':>9s} "
+          f"{'total':>7s}")
+    for route, ts in samples.items():
+        med = [statistics.median(t[k] for t in ts) for k in range(3)]
+        rows[route] = {"volumes_fwd": med[0], "momentum_fwd": med[1], "backward": med[2],
+                       "total": sum(med)}
+        print(f"  {route:16s} {med[0]:12.2f} {med[1]:13.2f} {med[2]:9.2f} {sum(med):7.2f}")
+    print(f"  reverse kernels / tape, total: "
+          f"{rows['reverse kernels']['total'] / rows['tape']['total']:.2f}")
+    return rows
 
 
 if __name__ == "__main__":
