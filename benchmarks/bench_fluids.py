@@ -130,25 +130,36 @@ def main(argv=None) -> int:
     return 0
 
 
-def _taylorGreenStep(side: int, repeats: int) -> dict:
-    """Section 2 of the module docstring; returns its numbers."""
-    import warp as wp
+NU, C0, RHO0 = 0.01, 10.0, 1.0  # the Taylor-Green sections' viscosity, sound speed, density
 
+
+def _taylorGreenProblem(side: int):
+    """(x0, H, m, kinds, domain, u0, dx): a jittered lattice of side^2 particles on the
+    periodic unit square, float64, support 4 dx, the Taylor-Green velocity field."""
     f64, d = torch.float64, 2
     dx = 1.0 / side
-    nu, c0, rho0 = 0.01, 10.0, 1.0
-    pb, dt = rho0 * c0 * c0, 0.25 * dx / (c0 + 1.0)
     g = torch.Generator().manual_seed(0)
     grid = torch.stack(torch.meshgrid(*[torch.arange(side, dtype=f64)] * d, indexing="ij"),
                        -1).reshape(-1, d)
     x0 = (grid + 0.5 + 0.2 * (torch.rand(grid.shape, generator=g, dtype=f64) - 0.5)) * dx
     n = x0.shape[0]
     H = torch.full((n,), 4 * dx, dtype=f64)
-    m = torch.full((n,), rho0 * dx * dx, dtype=f64)
+    m = torch.full((n,), RHO0 * dx * dx, dtype=f64)
     kinds = torch.zeros(n, dtype=torch.int32)
     dom = DomainDescription(torch.zeros(d, dtype=f64), torch.ones(d, dtype=f64), [True, True])
     s2, c2 = torch.sin(2 * math.pi * x0), torch.cos(2 * math.pi * x0)
     u0 = torch.stack([-c2[:, 0] * s2[:, 1], s2[:, 0] * c2[:, 1]], 1)
+    return x0, H, m, kinds, dom, u0, dx
+
+
+def _taylorGreenStep(side: int, repeats: int) -> dict:
+    """Section 2 of the module docstring; returns its numbers."""
+    import warp as wp
+
+    x0, H, m, kinds, dom, u0, dx = _taylorGreenProblem(side)
+    f64, d, n = torch.float64, 2, x0.shape[0]
+    nu, c0, rho0 = NU, C0, RHO0
+    pb, dt = rho0 * c0 * c0, 0.25 * dx / (c0 + 1.0)
 
     def search(x):
         return radiusSearchCompactHashMap(ParticleState(x, H, m, kinds), dom,
@@ -232,20 +243,9 @@ def _taylorGreenReverse(side: int, repeats: int) -> dict:
 
     from warpSPHCore.util.gates import refreshGates
 
-    f64, d = torch.float64, 2
-    dx = 1.0 / side
-    nu, c0, rho0 = 0.01, 10.0, 1.0
-    g = torch.Generator().manual_seed(0)
-    grid = torch.stack(torch.meshgrid(*[torch.arange(side, dtype=f64)] * d, indexing="ij"),
-                       -1).reshape(-1, d)
-    x0 = (grid + 0.5 + 0.2 * (torch.rand(grid.shape, generator=g, dtype=f64) - 0.5)) * dx
+    x0, H, m, kinds, dom, u0, dx = _taylorGreenProblem(side)
     n = x0.shape[0]
-    H = torch.full((n,), 4 * dx, dtype=f64)
-    m = torch.full((n,), rho0 * dx * dx, dtype=f64)
-    kinds = torch.zeros(n, dtype=torch.int32)
-    dom = DomainDescription(torch.zeros(d, dtype=f64), torch.ones(d, dtype=f64), [True, True])
-    u0 = torch.stack([-torch.cos(2 * math.pi * x0[:, 0]) * torch.sin(2 * math.pi * x0[:, 1]),
-                      torch.sin(2 * math.pi * x0[:, 0]) * torch.cos(2 * math.pi * x0[:, 1])], 1)
+    nu, c0, rho0 = NU, C0, RHO0
     with torch.no_grad():
         adj = radiusSearchCompactHashMap(ParticleState(x0, H, m, kinds), dom,
                                          mode=SupportScheme.Gather)

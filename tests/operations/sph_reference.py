@@ -610,3 +610,12 @@ def omegaReference(query, domain, props, reference=None, factor=1.0):
     s = factor * (dW * rm[None, :]) @ _np(ref.masses)
     om = 1.0 + hq / (d * _np(query.densities)) * s
     return np.where(qm, om, 1.0)
+
+
+def reverseRoute(out):
+    """The route of the bridged call under `out` (its graph node's ``reverse_route``: the
+    hand-written reverse kernel's name, or None for the tape), through any reshape."""
+    fn = out.grad_fn
+    while fn is not None and not hasattr(fn, "reverse_route"):
+        fn = fn.next_functions[0][0]
+    return fn.reverse_route

@@ -28,6 +28,7 @@ from sph_reference import (
     neighbourStructure,
     props,
     randomCorrectionTensors,
+    reverseRoute,
 )
 
 from warpSPHCore import (
@@ -43,13 +44,6 @@ from warpSPHCore.operations import warpOperation
 F64 = torch.float64
 GRAD = WarpOperation.Gradient
 GATE = "WARPSPHCORE_DISABLE_REVERSE_KERNELS"
-
-
-def _route(out):
-    fn = out.grad_fn
-    while fn is not None and not hasattr(fn, "reverse_route"):
-        fn = fn.next_functions[0][0]
-    return fn.reverse_route
 
 
 def _field(n, shape, device, seed):
@@ -90,7 +84,7 @@ def _run(monkeypatch, tape, q, r, dom, pr, traversal, shape=(), volumes=False, s
     out = warpOperation(query, pr, dom, adjacency=adj, **kw)
     seedT = _field(nq, out.shape[1:], dev, seed + 7).to(dt)
     out.backward(seedT)
-    return _route(out), out.detach(), [g.grad for g in grads]
+    return reverseRoute(out), out.detach(), [g.grad for g in grads]
 
 
 def _assertSame(monkeypatch, *args, **kw):
@@ -199,7 +193,7 @@ def test_reverse_route_selection(device, monkeypatch):
     dom2 = type(dom)(lo, dom.max, dom.periodic)
     out = warpOperation(q, pr, dom2, queryValues=_field(n, (), device, 1),
                         adjacency=neighbourStructure("csr", q, dom))
-    assert _route(out) is None
+    assert reverseRoute(out) is None
 
 
 def test_reverse_kernel_retained_graph(device, monkeypatch):
@@ -246,7 +240,7 @@ def test_reverse_kernel_gradcheck_volumes(device, monkeypatch, scheme):
         return warpOperation(ParticleState(pos, h, m, q.kinds, rho), pr, dom, queryValues=f,
                              referenceVolumes=v, adjacency=adj)
 
-    assert _route(fn(*inputs)) == "gradientVJPKernel"
+    assert reverseRoute(fn(*inputs)) == "gradientVJPKernel"
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
 
 
@@ -272,5 +266,5 @@ def test_reverse_kernel_gradcheck_distinct_modes(device, monkeypatch, mode):
                              queryValues=fq, referenceValues=fr, adjacency=adj,
                              referenceParticles=ParticleState(rp, rh, rm, r.kinds, rrho))
 
-    assert _route(fn(*inputs)) == "gradientVJPKernel"
+    assert reverseRoute(fn(*inputs)) == "gradientVJPKernel"
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)

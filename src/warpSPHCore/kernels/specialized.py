@@ -156,6 +156,24 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
         return res
 
     @specialFunction(tag)
+    def supportAdjoint(g: S, h_i: S, h_j: S):
+        """(g dh_ij/dh_i, g dh_ij/dh_j) of a non-averaged scheme (constants of the scheme;
+        max: the larger support's, h_i on a tie)."""
+        g_i = g
+        g_j = S(0.0)
+        if wp.static(mode == 12):
+            g_i = S(0.0)
+            g_j = g
+        elif wp.static(mode == 13):
+            g_i = g * S(0.5)
+            g_j = g * S(0.5)
+        elif wp.static(mode != 11):
+            if h_j > h_i:
+                g_i = S(0.0)
+                g_j = g
+        return g_i, g_j
+
+    @specialFunction(tag)
     def gradVJP(x: V, h: S, u: V):
         """(grad W, H u, u . d(grad W)/dh) from one shape evaluation
         (`kernels.evaluation.sphKernelGradientVJP`)."""
@@ -190,16 +208,8 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
             Hu = (Hu + Hu2) * S(0.5)
             gh_i = gh * S(0.5)
             gh_j = gh2 * S(0.5)
-        elif wp.static(mode == 12):
-            gh_i = S(0.0)
-            gh_j = gh
-        elif wp.static(mode == 13):
-            gh_i = gh * S(0.5)
-            gh_j = gh * S(0.5)
-        elif wp.static(mode != 11):
-            if h_j > h_i:
-                gh_i = S(0.0)
-                gh_j = gh
+        else:
+            gh_i, gh_j = supportAdjoint(gh, h_i, h_j)
         return G, Hu, gh_i, gh_j
 
     @specialFunction(tag)
@@ -234,16 +244,8 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
             G = (G + G2) * S(0.5)
             wh_i = wh * S(0.5)
             wh_j = wh2 * S(0.5)
-        elif wp.static(mode == 12):
-            wh_i = S(0.0)
-            wh_j = wh
-        elif wp.static(mode == 13):
-            wh_i = wh * S(0.5)
-            wh_j = wh * S(0.5)
-        elif wp.static(mode != 11):
-            if h_j > h_i:
-                wh_i = S(0.0)
-                wh_j = wh
+        else:
+            wh_i, wh_j = supportAdjoint(wh, h_i, h_j)
         return Wv, G, wh_i, wh_j
 
     ns = type("PairKernels", (), {})()

@@ -233,6 +233,18 @@ def sphKernelGradientJVPPositions_ij(x_ij: Any, h_i: Any, h_j: Any, dx_ij: Any,
 
 
 @wp.func
+def _supportAdjoint(g: Any, h_i: Any, h_j: Any, supportMode: Any):
+    """(g dh_ij/dh_i, g dh_ij/dh_j): a derivative g with respect to the pair support h_ij of
+    a non-averaged scheme sent to h_i and h_j (`computePairwiseSupportJVP` with unit
+    tangents, so a max tie goes to h_i)."""
+    one = type(h_i)(1.0)
+    zero = type(h_i)(0.0)
+    g_i = g * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
+    g_j = g * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
+    return g_i, g_j
+
+
+@wp.func
 def sphKernelGradientVJP_ij(x_ij: Any, h_i: Any, h_j: Any, u: Any, supportMode: Any,
                             kernel: wp.int32, d: wp.int32):
     """(G, H_ij u, u . dG/dh_i, u . dG/dh_j) with G = `sphKernelGradient_ij` for a cotangent u:
@@ -241,7 +253,6 @@ def sphKernelGradientVJP_ij(x_ij: Any, h_i: Any, h_j: Any, u: Any, supportMode: 
     unit tangents, so a max tie goes to h_i in both modes). One shape evaluation per
     single support (`evaluation.sphKernelGradientVJP`)."""
     avg = _averaged(supportMode)
-    one = type(h_i)(1.0)
     zero = type(h_i)(0.0)
     G, Hu, gh = sphKernelGradientVJP(x_ij, _firstSupport(h_i, h_j, supportMode, avg), u,
                                      kernel, d)
@@ -255,8 +266,7 @@ def sphKernelGradientVJP_ij(x_ij: Any, h_i: Any, h_j: Any, u: Any, supportMode: 
         gh_i = gh * half
         gh_j = gh2 * half
     else:
-        gh_i = gh * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
-        gh_j = gh * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
+        gh_i, gh_j = _supportAdjoint(gh, h_i, h_j, supportMode)
     return G, Hu, gh_i, gh_j
 
 
@@ -269,7 +279,6 @@ def sphKernelVJP_ij(x_ij: Any, h_i: Any, h_j: Any, supportMode: Any, kernel: wp.
     h_i in both modes). One shape evaluation per single support
     (`evaluation.sphKernelValueVJP`)."""
     avg = _averaged(supportMode)
-    one = type(h_i)(1.0)
     zero = type(h_i)(0.0)
     W, G, wh = sphKernelValueVJP(x_ij, _firstSupport(h_i, h_j, supportMode, avg), kernel, d)
     wh_i = wh
@@ -282,8 +291,7 @@ def sphKernelVJP_ij(x_ij: Any, h_i: Any, h_j: Any, supportMode: Any, kernel: wp.
         wh_i = wh * half
         wh_j = wh2 * half
     else:
-        wh_i = wh * computePairwiseSupportJVP(h_i, h_j, one, zero, supportMode)
-        wh_j = wh * computePairwiseSupportJVP(h_i, h_j, zero, one, supportMode)
+        wh_i, wh_j = _supportAdjoint(wh, h_i, h_j, supportMode)
     return W, G, wh_i, wh_j
 
 

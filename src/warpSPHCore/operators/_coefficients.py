@@ -65,7 +65,7 @@ from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "consistentVolume_j", "fieldValues_ij",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
-           "gradientPairVJP_ij",
+           "densityPairVJP_ij", "gradientPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij",
            "LAPLACIAN_REG_N", "LAPLACIAN_REG_DEFAULT"]
@@ -300,6 +300,27 @@ def fieldCoefficientVJP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
                 wp.atomic_sub(p.gValues, iq, adj_c * V_j)
             elif scheme == 4:
                 wp.atomic_add(p.gValues, iq, adj_c * V_j)
+
+
+@wp.func
+def densityPairVJP_ij(i: wp.int32, j: wp.int32, r: Any, p: Any, u: Any, W: Any, G: Any,
+                      wh_i: Any, wh_j: Any):
+    """The adjoint of the Density's pair term m_j W_ij for the row cotangent `u`, given
+    (W, grad W, dW/dh_i, dW/dh_j) of the pair: scatters -u m_j G to x_j, u m_j dW/dh to h_i
+    and h_j and u W to m_j; returns the x_i adjoint u m_j G. The one definition behind the
+    generic and the specialised reverse kernels (`density.densityVJPPairTerm`,
+    `_specialized`)."""
+    um = u * r.masses[j]
+    res = um * G
+    if p.hasRPositions:
+        wp.atomic_sub(p.rPositions, j, res)
+    if p.hasQSupports:
+        wp.atomic_add(p.qSupports, i, um * wh_i)
+    if p.hasRSupports:
+        wp.atomic_add(p.rSupports, j, um * wh_j)
+    if p.hasRMasses:
+        wp.atomic_add(p.rMasses, j, u * W)
+    return res
 
 
 @wp.func

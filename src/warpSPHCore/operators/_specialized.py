@@ -68,6 +68,7 @@ from ._coefficients import (
     LAPLACIAN_REG_DEFAULT,
     LAPLACIAN_REG_N,
     apparentVolume_j,
+    densityPairVJP_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
     gradientPairVJP_ij,
@@ -343,17 +344,7 @@ def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
         if wp.static(cfg.calibrate):
             u = u * ks.normalizationCoefficient
         Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, r.supports[j])
-        um = u * r.masses[j]
-        res = um * Gv
-        if p.hasRPositions:
-            wp.atomic_sub(p.rPositions, j, res)
-        if p.hasQSupports:
-            wp.atomic_add(p.qSupports, i, um * wh_i)
-        if p.hasRSupports:
-            wp.atomic_add(p.rSupports, j, um * wh_j)
-        if p.hasRMasses:
-            wp.atomic_add(p.rMasses, j, u * Wv)
-        return res
+        return densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
 
     rowSum = _neighborSum(pair, cfg, True, X)
     admitted = _queryAdmitted(cfg)

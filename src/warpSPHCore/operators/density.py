@@ -33,6 +33,7 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij, sphKernelVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
+from ._coefficients import densityPairVJP_ij
 from ._specialized import densityPairedSpecialized, densitySpecialized, densityVJPSpecialized
 from ._tangents import kernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -146,16 +147,7 @@ def densityVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
             u = u * ks.normalizationCoefficient
         W, G, wh_i, wh_j = sphKernelVJP_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
                                            ks.kernelFunction, dom.dim)
-        um = u * r.masses[j]
-        res = um * G
-        if p.hasRPositions:
-            wp.atomic_sub(p.rPositions, j, res)
-        if p.hasQSupports:
-            wp.atomic_add(p.qSupports, i, um * wh_i)
-        if p.hasRSupports:
-            wp.atomic_add(p.rSupports, j, um * wh_j)
-        if p.hasRMasses:
-            wp.atomic_add(p.rMasses, j, u * W)
+        res = densityPairVJP_ij(i, j, r, p, u, W, G, wh_i, wh_j)
     return res
 
 
