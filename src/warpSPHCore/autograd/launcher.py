@@ -226,9 +226,7 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
         dims = tuple(int(n) for n in numThreads)
     else:
         dims = (int(numThreads),)
-    if mode == "allocate":
-        pass
-    elif all(n > 0 for n in dims):
+    if mode != "allocate" and all(n > 0 for n in dims):
         blockDim = None
         if lanes is not None and int(lanes) > 1:
             dims = dims + (int(lanes),)

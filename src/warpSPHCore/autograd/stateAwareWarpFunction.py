@@ -283,9 +283,9 @@ class StateAwareWarpFunction(torch.autograd.Function):
             args = _build(build_fn, warpArrays, sideViews, useBundle)
 
         # 5. launch, never under a tape: a call that needs a gradient records its tape in
-        #    backward, from the saved tensors (the kernel the tape will differentiate runs
-        #    here, so its values are those of the taped launch); a call eligible for the
-        #    operator's hand-written reverse kernel runs its paired forward kernel
+        #    backward, from the saved tensors; its forward runs the specialised kernel where
+        #    one covers the call (`_tapedForward`), else the taped kernel, and a call
+        #    eligible for the operator's hand-written reverse kernel its paired forward
         reverse = getattr(build_fn, "reverse", None)
         with recordFunction("warpSPHCore::bridge::launch"):
             if anyRG:
