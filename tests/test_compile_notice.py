@@ -55,19 +55,27 @@ def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
     monkeypatch.setattr(fresh, "_isCached", lambda module, device: False)
     fresh.announceCompile(kernel, "cpu")
     err = capsys.readouterr().err
-    assert ("compiling the Density (kernel 30, partial supports, kind mode 1, grid, "
-            "calibrated, 3D float64) kernel specialised for this call's configuration") in err
-    assert "happens once" in err
+    assert ("compiling the Density (CubicSpline, PartialSymmetric supports, "
+            "FluidQueriesFluidReferences, grid, calibrated, 3D float64) kernel specialised for "
+            "this call's configuration") in err
+    assert "happens once" in err and "kind mode" not in err
     assert fresh.specializedLabel("warpSPHCore_gradient_k0_gather_m9_g3_csr_2d_f32_abc") == (
-        "Gradient (kernel 0, gather supports, kind mode 9, gradient scheme 3, csr, "
-        "2D float32)")
+        "Gradient (Wendland2, Gather supports, AllQueriesNonGhostReferences, Difference "
+        "gradient, csr, 2D float32)")
     assert fresh.specializedLabel("warpSPHCore_Search_kernels_2d_f64_cpu_group") == (
         "Search kernels (2D float64)")
     assert fresh.specializedLabel("warpSPHCore_Search_kernels_3d_f32_filter_group") == (
         "Search kernels (3D float32, filter)")
     assert fresh.specializedLabel("warpSPHCore_laplacian_k1_gather_m9_l3_grid_3d_f32_ab") == (
-        "Laplacian (kernel 1, gather supports, kind mode 9, Laplacian scheme 3, grid, "
-        "3D float32)")
+        "Laplacian (Wendland4, Gather supports, AllQueriesNonGhostReferences, Dot Laplacian, "
+        "grid, 3D float32)")
+    assert fresh.specializedLabel(
+        "warpSPHCore_momentum_k0_gather_m11_csr_2d_f64_e9f7a2bd") == (
+        "Momentum (Wendland2, Gather supports, FluidQueriesNonGhostReferences, csr, 2D float64)")
+    assert fresh.specializedLabel(
+        "warpSPHCore_gradientAndVJP_k0_scatter_m2_g2_L_csr_2d_f64_pair") == (
+        "Gradient + reverse (Wendland2, Scatter supports, BoundaryQueriesFluidReferences, "
+        "Symmetric gradient, renormalized, csr, 2D float64)")
 
 
 def test_no_notice_when_cached_or_silenced(fresh, monkeypatch, capsys):
@@ -117,7 +125,9 @@ def test_precompile_command(capsys):
     # the generic Density and HVP modules + the specialised Density kernel of the default
     # configuration, CSR and grid, for each smoothing kernel
     assert "6 modules on cpu" in out.out
-    assert "Density (kernel 30, gather supports, kind mode 9, grid, 2D float32)" in out.err
+    assert ("Density (CubicSpline, Gather supports, AllQueriesNonGhostReferences, grid, "
+            "2D float32)") in out.err
+    assert "kind mode" not in out.err
     assert main(["precompile", "--kernels", "Nope"]) == 2
     assert main(["precompile", "--operators", "Nope"]) == 2
     assert "unknown operators ['Nope']" in capsys.readouterr().err
@@ -152,7 +162,7 @@ def test_cold_cache_first_call_says_what_compiles(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("warpSPHCore: compiling")]
     assert any("the Search kernels (2D float32) for cpu" in x for x in lines)
-    assert any("the Density (kernel 0, gather supports" in x and "specialised" in x
+    assert any("the Density (Wendland2, Gather supports" in x and "specialised" in x
                for x in lines)
     assert all(str(tmp_path / "cache") in x for x in lines)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -33,6 +33,7 @@ PAGES = {
     "docs/corrections.md": ("docs/operators.md",),
     "docs/forward-mode.md": (),
     "docs/neighborhood.md": (),
+    "docs/particle-kinds.md": (),
 }
 
 

@@ -34,7 +34,8 @@ def test_every_table_is_in_the_docs(tables):
     its page."""
     text = {p.relative_to(ROOT).as_posix(): p.read_text() for p in tables.pages()}
     names = {m["name"] for page in text.values() for m in tables._MARKER.finditer(page)}
-    assert {"outputs", "shapes", "corrections", "jvp-scope"} <= names
+    assert {"outputs", "shapes", "corrections", "jvp-scope", "particle-kinds",
+            "interaction-modes"} <= names
     for op in OPERATORS:
         assert f"corrections:{op.name}" in names, op.name
         for name in ("outputs", "shapes", "corrections", "jvp-scope"):

@@ -10,7 +10,9 @@ with NAME one of ``outputs`` (formula and output per operator), ``shapes`` (the 
 shape of scalar, vector and matrix fields in 1D/2D/3D, computed by each entry's shape rule),
 ``corrections`` (the acceptance matrix, `operators.md` §5), ``corrections:<Operator>`` (one
 operator's row), ``scheme-states`` (the per-query states one option value needs, the
-consistent Laplacian's) and ``jvp-scope`` (the forward-mode scope, `autodiff.md` §9.4).
+consistent Laplacian's), ``jvp-scope`` (the forward-mode scope, `autodiff.md` §9.4),
+``particle-kinds`` (the `ParticleType` codes) and ``interaction-modes`` (every
+`OperationDirection` with the kinds it admits on each side, `enumTypes.interactionKinds`).
 
     python scripts/docs/registry_tables.py          # rewrite the pages in place
     python scripts/docs/registry_tables.py --check  # list the pages that differ, exit 1
@@ -29,7 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from warpSPHCore.dataTypes.operationProperties import OperationProperties  # noqa: E402
-from warpSPHCore.enumTypes import KernelFunctions  # noqa: E402
+from warpSPHCore.enumTypes import (  # noqa: E402
+    KernelFunctions,
+    OperationDirection,
+    ParticleType,
+    interactionAliases,
+    interactionKinds,
+)
 from warpSPHCore.operators import (  # noqa: E402
     CORRECTION_LABELS,
     CORRECTIONS,
@@ -238,6 +246,84 @@ def jvpScopeTable() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# particle kinds and interaction modes
+# --------------------------------------------------------------------------------------
+
+_KIND_MEANINGS = {
+    ParticleType.Fluid: "fluid particles, the ones an SPH scheme evolves",
+    ParticleType.Boundary: "wall (boundary, dummy) particles",
+    ParticleType.Ghost: "ghost particles, auxiliary copies of other particles (e.g. mirror "
+                        "images across a wall), excluded as references by every mode but `Unmasked` and "
+                        "those that name ghost references",
+    ParticleType.Other: "any other population; a non-ghost kind, so the `All` and `NonGhost` "
+                        "sides admit it",
+}
+
+_M = OperationDirection
+_INTERACTION_USES = {
+    _M.Unmasked: "every row, every neighbour: no kind test on either side, ghosts included",
+    _M.FluidQueriesFluidReferences: "fluid rows over fluid neighbours only: a sum that "
+                                    "ignores the walls (a fluid-fluid term)",
+    _M.BoundaryQueriesFluidReferences: "wall rows over fluid neighbours: the wall "
+                                       "extrapolation (wall pressure or velocity from the "
+                                       "adjacent fluid)",
+    _M.FluidQueriesBoundaryReferences: "fluid rows over wall neighbours: the walls' part of "
+                                       "a fluid sum alone (a wall force)",
+    _M.BoundaryQueriesBoundaryReferences: "wall rows over wall neighbours: quantities of the "
+                                          "walls alone (wall volumes, wall normals)",
+    _M.GhostQueriesFluidReferences: "ghost rows over fluid neighbours: ghost values "
+                                    "interpolated from the fluid",
+    _M.FluidQueriesGhostReferences: "fluid rows over ghost neighbours: the ghosts' part of a "
+                                    "fluid sum alone",
+    _M.GhostQueriesBoundaryReferences: "ghost rows over wall neighbours",
+    _M.BoundaryQueriesGhostReferences: "wall rows over ghost neighbours",
+    _M.AllQueriesNonGhostReferences: "**the default**: every row over its non-ghost "
+                                     "neighbours (a ghost still gets a row, from the real "
+                                     "particles around it)",
+    _M.GhostQueriesNonGhostReferences: "ghost rows over non-ghost neighbours: ghost values "
+                                       "interpolated from the real particles",
+    _M.FluidQueriesNonGhostReferences: "fluid rows over fluid and wall neighbours: the "
+                                       "momentum and continuity equations of a wall-bounded "
+                                       "fluid (the walls act on the fluid and get no rows)",
+    _M.BoundaryQueriesNonGhostReferences: "wall rows over fluid and wall neighbours: a wall "
+                                          "density or normal from every real neighbour",
+    _M.NonGhostQueriesFluidReferences: "fluid and wall rows over fluid neighbours: a fluid "
+                                       "field (a colour function, a fluid number density) "
+                                       "seen by fluid and wall particles",
+    _M.NonGhostQueriesBoundaryReferences: "fluid and wall rows over wall neighbours: the "
+                                          "walls seen by every real particle (a wall "
+                                          "indicator or distance)",
+}
+del _M
+
+
+def _kindSet(kinds) -> str:
+    if kinds == frozenset(ParticleType):
+        return "every kind"
+    if kinds == frozenset(ParticleType) - {ParticleType.Ghost}:
+        return "every kind but Ghost"
+    return ", ".join(k.name for k in sorted(kinds))
+
+
+def particleKindsTable() -> str:
+    rows = [[f"`{k.name}`", str(k.value), _KIND_MEANINGS[k]] for k in ParticleType]
+    return _table(["Kind (`ParticleType`)", "Code", "Meaning"], rows)
+
+
+def interactionModesTable() -> str:
+    """One row per `OperationDirection` member: its name and value, the kinds of
+    `interactionKinds`, the earlier name, and what it computes."""
+    rows = []
+    for mode in OperationDirection:
+        kinds = interactionKinds(mode)
+        aliases = ", ".join(f"`{a}`" for a in interactionAliases(mode))
+        rows.append([f"`{mode.name}`", str(mode.value), _kindSet(kinds.queries),
+                     _kindSet(kinds.references), aliases, _INTERACTION_USES[mode]])
+    return _table(["Mode", "Value", "Query kinds (rows)", "Reference kinds (summed)",
+                   "Old name", "Computes; typical use"], rows)
+
+
+# --------------------------------------------------------------------------------------
 # the pages
 # --------------------------------------------------------------------------------------
 
@@ -259,6 +345,10 @@ def render(name: str) -> str:
         return jvpScopeTable()
     if name == "scheme-states":
         return schemeStatesTable()
+    if name == "particle-kinds":
+        return particleKindsTable()
+    if name == "interaction-modes":
+        return interactionModesTable()
     raise KeyError(f"unknown registry table {name!r}")
 
 

@@ -109,8 +109,8 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
                       operation=WarpOperation.Interpolate, kernel=KernelFunctions.Wendland4,
                       supportMode=SupportScheme.Gather, gradientMode=GradientScheme.Naive,
                       laplacianMode=LaplacianScheme.Default,
-                      operationMode=OperationDirection.AllToAll, positiveDivergence=False,
-                      consistentDivergence=False, divergenceDotMode=False,
+                      operationMode=OperationDirection.AllQueriesNonGhostReferences,
+                      positiveDivergence=False, consistentDivergence=False, divergenceDotMode=False,
                       preScatteredQuantities=None, *, queryKinds, referenceKinds,
                       useGradientRenormalization=False, renormalizationMatrices=None,
                       useGradHTerms=False, queryOmegas=None, referenceOmegas=None,
@@ -143,7 +143,8 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
         supportMode: `SupportScheme` (default Gather).
         gradientMode: `GradientScheme` (default Naive).
         laplacianMode: `LaplacianScheme` (default Default).
-        operationMode: `OperationDirection` (default AllToAll).
+        operationMode: `OperationDirection`, the interaction mode (default
+            AllQueriesNonGhostReferences).
         positiveDivergence: bool, for the Laplacian (see `OperationProperties`).
         consistentDivergence: bool, for Divergence (see `warpOperation`).
         divergenceDotMode: bool, contract the last field axis in Divergence.

@@ -14,6 +14,7 @@ import time
 
 import warp as wp
 
+from .enumTypes import OperationDirection, SupportScheme
 from .kernels.evaluation import registerCustomAdjoints
 from .operators import _specialized
 from .util import compileNotice
@@ -40,10 +41,10 @@ def _modulesOf(short: str, dims, scalars, device) -> list:
 
 def _specializedModules(operators, dims, scalars, kernels) -> list:
     """The specialised Density/Gradient kernels (`operators._specialized`: the Gradient's
-    forward, reverse and forward-mode kernels) of the default
-    call configuration (Gather supports, kind mode AllToAll-with-ghosts 9, no calibration,
-    CSR and grid; Naive gradient scheme) for each smoothing kernel in `kernels`, dimension
-    and scalar type."""
+    forward, reverse and forward-mode kernels) of the default call configuration (Gather
+    supports, interaction mode AllQueriesNonGhostReferences, no calibration, CSR and grid;
+    Naive gradient scheme) for each smoothing kernel in `kernels`, dimension and scalar
+    type."""
     sp = _specialized
     wanted = [o for o in ("Density", "Gradient") if operators is None or o in operators]
     out = []
@@ -51,7 +52,9 @@ def _specializedModules(operators, dims, scalars, kernels) -> list:
         for d in dims:
             for scalar in scalars:
                 for csr in (True, False):
-                    cfg = sp.Configuration(d, scalar, int(kernel), 11, 9, csr, False)
+                    cfg = sp.Configuration(d, scalar, int(kernel), int(SupportScheme.Gather),
+                                           int(OperationDirection.AllQueriesNonGhostReferences),
+                                           csr, False)
                     if "Density" in wanted:
                         out.append(sp._densityKernel(cfg).module)
                     if "Gradient" in wanted:
@@ -79,7 +82,8 @@ def precompile(devices=("cpu",), operators=None, workers: int | None = None,
             per-configuration modules: the search's and the specialised Density/Gradient
             kernels' (the generic operator modules hold every combination anyway).
         kernels: `KernelFunctions` values whose specialised Density/Gradient kernels to build
-            (default call configuration: Gather, kind mode 9, no calibration, CSR and grid).
+            (default call configuration: Gather, AllQueriesNonGhostReferences, no
+            calibration, CSR and grid).
 
     Returns:
         ``{"modules": [...], "devices": [...], "seconds": float}``.

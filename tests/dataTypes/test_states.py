@@ -123,7 +123,7 @@ def test_operation_properties_defaults_and_coercion():
 @pytest.mark.parametrize(
     "kwargs,pattern",
     [
-        (dict(kernel=99), r"kernel=99 .*KernelFunctions.*Wendland2=0"),
+        (dict(kernel=99), r"kernel=99 .*KernelFunctions.*Wendland2 \(0\)"),
         (dict(kernel=0, supportMode=10), r"supportMode=10"),
         (dict(kernel=0, gradientMode=0), r"gradientMode=0"),
         (dict(kernel=0, operationMode=15), r"operationMode=15"),

@@ -2,9 +2,9 @@
 
 An operator may declare ``OperatorSpec.specialize``, a factory ``(config) -> kernel | None``
 that returns a forward-only kernel compiled for exactly the configuration of a call
-(`build_fn.config`: scalar type, dimension, smoothing kernel, support scheme, kind mode,
-traversal, calibration, corrections), in its own small Warp module, or None when the call
-needs the generic kernel. The bridge launches it for every forward pass it covers: calls
+(`build_fn.config`: scalar type, dimension, smoothing kernel, support scheme, interaction
+mode, traversal, calibration, corrections), in its own small Warp module, or None when the
+call needs the generic kernel. The bridge launches it for every forward pass it covers: calls
 without a tensor requiring grad, calls whose backward is the operator's hand-written reverse
 kernel (`autograd.reverse`), and calls that Warp's tape differentiates; the tape (recorded in
 backward) always records the generic kernel's overload with its adjoint (`tapedKernel`),

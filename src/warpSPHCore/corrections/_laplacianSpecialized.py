@@ -29,9 +29,9 @@ __all__ = ["laplacianMomentsSpecialized"]
 def _momentsKernel(cfg):
     """`laplacianMomentsKernel` for one configuration (`operators._specialized`): the same
     thread layout (i, block) and per-pair arithmetic, with the smoothing kernel, support
-    scheme, kind mode and traversal resolved at generation and the pair term inlined (the
-    generic kernel's pair term is a non-inlined function, which copies the state structs
-    per pair)."""
+    scheme, interaction mode and traversal resolved at generation and the pair term inlined
+    (the generic kernel's pair term is a non-inlined function, which copies the state
+    structs per pair)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     M = wp.types.matrix(shape=(D, D), dtype=S)

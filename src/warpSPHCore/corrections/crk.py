@@ -244,7 +244,8 @@ def _volumeAndMoments(queryParticles, domain, kernel, operationMode, adjacency,
     return V, vctx, ctx, (m0, m1, m2, dm0, dm1, dm2, count)
 
 
-def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDirection.AllToAll,
+def computeCRKFactors(queryParticles, domain, kernel,
+                      operationMode=OperationDirection.AllQueriesNonGhostReferences,
                       adjacency=None, referenceState=None, *, referenceAdjacency=None):
     """CRK correction factors of the query particles (`operators.md` §4.3; module doc).
 
@@ -252,7 +253,8 @@ def computeCRKFactors(queryParticles, domain, kernel, operationMode=OperationDir
         queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, int32 kinds).
         domain: `DomainDescription` (minimum image on periodic axes).
         kernel: `KernelFunctions` member.
-        operationMode: `OperationDirection` applied to every step (default AllToAll = 9).
+        operationMode: `OperationDirection`, the interaction mode applied to every step
+            (default AllQueriesNonGhostReferences).
         adjacency: query -> reference neighbours (`AdjacencyList`, `CompactHashMap` or None: a
             hash grid is built per call, sync-free). With ``referenceState=None`` it is also the
             R -> R neighbourhood of the volume step.
@@ -362,8 +364,8 @@ def _checkTangentState(role, ts, p, dtype, device):
 
 
 def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
-                         operationMode=OperationDirection.AllToAll, adjacency=None,
-                         referenceState=None, referenceTangentState=None, *,
+                         operationMode=OperationDirection.AllQueriesNonGhostReferences,
+                         adjacency=None, referenceState=None, referenceTangentState=None, *,
                          referenceAdjacency=None):
     """Forward mode of `computeCRKFactors` (`autodiff.md` §9.8): the primal ``V`` and
     `CRKState` with their tangents in the direction of the particle tangents.

@@ -13,6 +13,7 @@ from ..enumTypes import (
     OperationDirection,
     SupportScheme,
     WarpOperation,
+    enumChoices,
 )
 
 __all__ = ["OperationProperties", "CALIBRATION_UNDEFINED"]
@@ -29,9 +30,9 @@ def _asEnum(field: str, value, enum: type[IntEnum]):
             return enum(value)
         except ValueError:
             pass
-    accepted = ", ".join(f"{m.name}={m.value}" for m in enum)
     raise ValueError(
-        f"OperationProperties: {field}={value!r} is not a {enum.__name__}; accepted: {accepted}"
+        f"OperationProperties: {field}={value!r} is not a {enum.__name__}; accepted: "
+        f"{enumChoices(enum)}"
     )
 
 
@@ -47,8 +48,9 @@ class OperationProperties:
         laplacianMode: `LaplacianScheme`, default Brookshaw.
         positiveDivergence: bool, default False.
         supportMode: `SupportScheme`, default Gather.
-        operationMode: `OperationDirection`, default AllToAll (9: ghosts excluded as
-            references).
+        operationMode: `OperationDirection` (the interaction mode: which particle kinds
+            query and which are summed as references), default
+            `AllQueriesNonGhostReferences` (every query, ghosts excluded as references).
         divergenceDotMode: bool, default False (contract the last index instead of the first).
         n_h: nominal support-to-spacing ratio H/s, used only by lattice calibration.
         calibrateNormalization: bool; needs a positive finite `n_h` and a kernel other than
@@ -63,7 +65,7 @@ class OperationProperties:
     laplacianMode: LaplacianScheme = LaplacianScheme.Brookshaw
     positiveDivergence: bool = False
     supportMode: SupportScheme = SupportScheme.Gather
-    operationMode: OperationDirection = OperationDirection.AllToAll
+    operationMode: OperationDirection = OperationDirection.AllQueriesNonGhostReferences
     divergenceDotMode: bool = False
     n_h: float | None = None
     calibrateNormalization: bool = False

@@ -1,7 +1,7 @@
 """Forward-only operator kernels specialised on the call's configuration (issue 15).
 
 `Configuration` is what a call fixes and what changes the pair loop's code: scalar type,
-dimension, smoothing kernel, support scheme, kind mode, traversal (CSR or grid),
+dimension, smoothing kernel, support scheme, interaction mode, traversal (CSR or grid),
 calibration and, for the Gradient's forward kernel, the gradient scheme. Each configuration's kernel is generated once (`functools.cache`), with every
 one of these values a Python constant resolved by ``wp.static``, and lives in its own Warp
 module (``module="unique"``, compiled on first launch and cached by Warp as any module,
@@ -13,7 +13,8 @@ What the pair loop keeps (the generated code for one configuration):
 * the neighbour loop of the traversal (CSR row, or the 3^d stencil of the query's cell with
   one partial sum per cell, as `_traversal.makeNeighborSum`), the int64 index check and the
   error-buffer flag of an out-of-range index;
-* the kind test of a reference only when the kind mode can reject one (modes other than 0);
+* the kind test of a reference only when the interaction mode can reject one (every mode
+  but `Unmasked`);
 * the minimum image ``x_ij - L round(x_ij / L)`` per axis, with ``L`` and ``1 / L`` read
   once per query (0 on a non-periodic axis, so the plain difference is exact there);
 * the kernel quantity of `kernels.specialized.pairKernels` (no kernel-id dispatch);
@@ -83,8 +84,9 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "specializedKernelCount"]
 
-# kind modes whose query test admits every kind (checkDirectionality_i) and whose reference
-# test admits every kind (checkDirectionality_j)
+# interaction modes whose query test admits every kind (checkDirectionality_i: Unmasked and
+# AllQueriesNonGhostReferences) and whose reference test admits every kind
+# (checkDirectionality_j: Unmasked); `enumTypes.interactionKinds` tabulates both tests
 _ALL_QUERIES = (0, 9)
 _ALL_REFERENCES = (0,)
 
@@ -173,8 +175,8 @@ def _structs(cfg: Configuration):
 def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
-    i that the kind mode admits, by the configuration's traversal (module docstring). The
-    sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
+    i that the interaction mode admits, by the configuration's traversal (module docstring).
+    The sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
     Momentum's 2 x d matrix)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)

@@ -187,7 +187,7 @@ _REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
 
 
 def _reverseEligible(config, args):
-    """Every kernel, support scheme, kind mode, calibration and traversal; a
+    """Every kernel, support scheme, interaction mode, calibration and traversal; a
     differentiable domain or correction input keeps the tape path."""
     return gradientBuffersWithin(args, _REVERSE_FIELDS)
 

@@ -28,11 +28,11 @@ Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values,
 volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`).
 
 Reverse kernel (`autograd.reverse`): without CRK, renormalization and grad-h (every scheme,
-support mode, kind mode, calibration, traversal, volumes), backward is the hand-written
-`gradientVJPKernel` instead of Warp's generated adjoint: the primal's thread layout, one
-traversal, ``(G, H u, u . dG/dh_i, u . dG/dh_j)`` from one shape evaluation per single
-support (`kernels.support.sphKernelGradientVJP_ij`; H is symmetric, so the x-adjoint is
-c H u), the coefficient's partial derivatives (`_coefficients.fieldCoefficientVJP_ij`) and
+support mode, interaction mode, calibration, traversal, volumes), backward is the
+hand-written `gradientVJPKernel` instead of Warp's generated adjoint: the primal's thread
+layout, one traversal, ``(G, H u, u . dG/dh_i, u . dG/dh_j)`` from one shape evaluation per
+single support (`kernels.support.sphKernelGradientVJP_ij`; H is symmetric, so the x-adjoint
+is c H u), the coefficient's partial derivatives (`_coefficients.fieldCoefficientVJP_ij`) and
 atomic scatters into the gradient buffers. The other calls keep the tape path.
 
 Forward mode (`autodiff.md` §9.1, §9.5): value tangents alone are Tier 1 (this kernel on the
@@ -240,7 +240,7 @@ _REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
 
 
 def _reverseEligible(config, args):
-    """The reverse kernel covers every scheme, support mode, kind mode, calibration,
+    """The reverse kernel covers every scheme, support mode, interaction mode, calibration,
     traversal and volumes; CRK, renormalization and grad-h keep the tape path."""
     return (not config["useCRK"] and not config["useGradientRenormalization"]
             and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))

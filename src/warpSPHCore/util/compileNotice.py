@@ -23,6 +23,13 @@ import threading
 
 import warp as wp
 
+from ..enumTypes import (
+    GradientScheme,
+    KernelFunctions,
+    LaplacianScheme,
+    OperationDirection,
+    SupportScheme,
+)
 from .gates import gate
 
 __all__ = ["announceCompile", "OPERATOR_MODULES", "moduleLabel", "specializedLabel"]
@@ -68,36 +75,71 @@ def moduleLabel(moduleName: str) -> str:
 #: module-name prefix of the per-configuration kernels of `operators._specialized`
 _SPECIALIZED_PREFIX = "warpSPHCore_"
 
+#: the support-scheme words of the specialised kernels' names (`_specialized._SUPPORT_NAMES`)
+_SUPPORT_WORDS = {"gather": SupportScheme.Gather, "scatter": SupportScheme.Scatter,
+                  "mean": SupportScheme.MeanSymmetric,
+                  "kmean": SupportScheme.KernelMeanSymmetric,
+                  "super": SupportScheme.SuperSymmetric,
+                  "partial": SupportScheme.PartialSymmetric}
+
+
+def _isConfiguration(parts: list) -> bool:
+    """True for the name parts of a per-configuration kernel (``density_k0_...``)."""
+    return len(parts) > 1 and parts[1][:1] == "k" and parts[1][1:].isdigit()
+
+
+def _valueName(enum, text: str) -> str:
+    """The member name of the value written in `text` (the enum's name and the value when
+    no member has it)."""
+    try:
+        return enum(int(text)).name
+    except ValueError:
+        return f"{enum.__name__} {text}"
+
 
 def specializedLabel(moduleName: str) -> str:
-    """A user-facing name of a per-configuration module:
-    ``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (kernel 0, gather
-    supports, kind mode 9, csr, 2D float32)`` (`operators._specialized`);
+    """A user-facing name of a per-configuration module, every option by its enum name:
+    ``warpSPHCore_density_k0_gather_m9_csr_2d_f32_<hash>`` -> ``Density (Wendland2, Gather
+    supports, AllQueriesNonGhostReferences, csr, 2D float32)`` (`operators._specialized`;
+    the Gradient adds its scheme, ``Symmetric gradient``, the Laplacian its own,
+    ``Brookshaw Laplacian``);
     ``warpSPHCore_Search_radiusSearchKernel_2d_f32_<hash>`` -> ``Search: radiusSearchKernel
     (2D float32)``, ``warpSPHCore_Search_kernels_2d_f32_cpu_group`` -> ``Search kernels (2D
     float32)``, ``..._2d_f32_query_group`` -> ``Search kernels (2D float32, query)``
-    (`util.warpContext.concreteKernel`, `neighborhood._kernels.ConcreteSignature`)."""
+    (`util.warpContext.concreteKernel`, `neighborhood._kernels.ConcreteSignature`).
+
+    Args:
+        moduleName: the Warp module's name (returned unchanged when it is not one of these).
+    """
     parts = moduleName[len(_SPECIALIZED_PREFIX):].split("_")
     scalars = {"f32": "float32", "f64": "float64"}
     try:
-        if len(parts) > 1 and parts[1][:1] == "k" and parts[1][1:].isdigit():
+        if _isConfiguration(parts):
             op, kern, support, mode = parts[:4]
             rest = parts[4:-1]
-            scheme = ""
+            items = [_valueName(KernelFunctions, kern[1:]),
+                     (f"{_SUPPORT_WORDS[support].name} supports" if support in _SUPPORT_WORDS
+                      else f"{support} supports"),
+                     _valueName(OperationDirection, mode[1:])]
             if rest[0][:1] == "g" and rest[0][1:].isdigit():  # the Gradient's scheme
-                scheme = f", gradient scheme {rest[0][1:]}"
+                items.append(f"{_valueName(GradientScheme, rest[0][1:])} gradient")
                 rest = rest[1:]
             if rest[0][:1] == "l" and rest[0][1:].isdigit():  # the Laplacian's scheme
-                scheme += f", Laplacian scheme {rest[0][1:]}"
+                items.append(f"{_valueName(LaplacianScheme, rest[0][1:])} Laplacian")
                 rest = rest[1:]
-            trav, rest = rest[0], rest[1:]
-            cal = ", calibrated" if rest and rest[0] == "cal" else ""
+            if rest[0] == "L":  # gradient renormalization in the kernel
+                items.append("renormalized")
+                rest = rest[1:]
+            items.append(rest[0])  # the traversal: csr or grid
+            rest = rest[1:]
+            if rest and rest[0] == "cal":
+                items.append("calibrated")
             d, s = rest[-2], rest[-1]
+            items.append(f"{d.upper()} {scalars.get(s, s)}")
             name = f"{op[0].upper()}{op[1:]}"
             if name.endswith("AndVJP"):  # forward and reverse kernels in one module
                 name = f"{name[:-6]} + reverse"
-            return (f"{name} (kernel {kern[1:]}, {support} supports, kind "
-                    f"mode {mode[1:]}{scheme}, {trav}{cal}, {d.upper()} {scalars.get(s, s)})")
+            return f"{name} ({', '.join(items)})"
         label, kernel = parts[0], parts[1]
         if parts[-1] == "group":  # a group of declared signatures (concreteKernel)
             tail = parts[2:-1]
@@ -173,8 +215,9 @@ def announceCompile(kernel, device) -> None:
         return
     if module.name.startswith(_SPECIALIZED_PREFIX):
         label = specializedLabel(module.name)
+        configuration = _isConfiguration(module.name[len(_SPECIALIZED_PREFIX):].split("_"))
         what = (f"the {label} kernel specialised for this call's configuration"
-                if "(kernel " in label else f"the {label}" if " kernels" in label
+                if configuration else f"the {label}" if " kernels" in label
                 else f"the {label} kernel")
     else:
         what = (f"the Warp kernels of {moduleLabel(module.name)} ({module.name}, "
