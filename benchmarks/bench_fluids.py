@@ -1,4 +1,4 @@
-"""WCSPH costs (`make bench`, issue 16) at the issue's size (2,500 particles, 2D, float64,
+"""WCSPH costs (`make bench`) at the reference size (2,500 particles, 2D, float64,
 periodic unit square, dx = 1/50, one CPU thread), in one run:
 
 1. the plain scheme's calls (Wendland2, support 3 dx), each timed alone;
@@ -12,7 +12,15 @@ periodic unit square, dx = 1/50, one CPU thread), in one run:
    positions and velocities requiring grad, a fixed scalar loss of both outputs): each
    call's forward and backward, with the hand-written reverse kernels (the Density's; the
    Momentum has none and takes Warp's adjoint) and with every call on the tape
-   (``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1``, switched in the same process), interleaved.
+   (``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1``, switched in the same process), interleaved;
+4. the hydrostatic tank of `warpsph run hydrostatic` (H/dx = 40: 3,200 fluid and 558 wall
+   particles, its `Scheme`, predictor-corrector): each call of a rate evaluation timed alone
+   (the Verlet check with the health flags, the wall extrapolation, the fused momentum, the
+   continuity rate, the density diffusion), and the whole step through `Simulation.advance`
+   (two rate evaluations); the step's ratio to the sum of its calls (two evaluations' worth);
+5. the 3D dam break of `warpsph run dambreak --dim 3` (a/dx = 10): a step through
+   `Simulation.advance`, the wall extrapolation alone, and the step's ratio to the same step
+   without it (the step minus its two wall extrapolations).
 
 Each call gets new input tensors every time (a simulation step: no call plan replays it).
 Prints medians (ms) and writes JSON (`--json`, default `benchmarks/results/fluids.json`).
@@ -50,6 +58,7 @@ from warpSPHCore import (  # noqa: E402
     warpOperation,
 )
 from warpSPHCore.fluids import (  # noqa: E402
+    FluidState,
     continuityDensityRate,
     laminarViscosity,
     numberDensityVolumes,
@@ -121,11 +130,14 @@ def main(argv=None) -> int:
     print(f"  {'sum':36s} {sum(rows.values()):7.2f}")
     tgv = _taylorGreenStep(side, args.repeats)
     reverse = _taylorGreenReverse(side, args.repeats)
+    tank = _hydrostaticStep(args.repeats)
+    dam3 = _damBreak3D(args.repeats)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"particles": n, "pairs": int(adj.i.numel()), "ms": rows,
                                "sum_ms": sum(rows.values()), "taylorGreenStep": tgv,
-                               "taylorGreenReverse": reverse}, indent=2))
+                               "taylorGreenReverse": reverse, "hydrostaticStep": tank,
+                               "damBreak3DStep": dam3}, indent=2))
     print(f"wrote {out}")
     return 0
 
@@ -298,6 +310,117 @@ def _taylorGreenReverse(side: int, repeats: int) -> dict:
     print(f"  reverse kernels / tape, total: "
           f"{rows['reverse kernels']['total'] / rows['tape']['total']:.2f}")
     return rows
+
+
+def _stepMs(sim, repeats: int) -> float:
+    """Median time of one `Simulation.advance` (no grad), after two warm-up steps."""
+    with torch.no_grad():
+        return _median_ms(sim.advance, repeats)
+
+
+def _hydrostaticStep(repeats: int) -> dict:
+    """Section 4 of the module docstring."""
+    from warpSPHCore.fluids import LoopOptions, extrapolateWalls, momentumAcceleration
+    from warpSPHCore.fluids import densityDiffusion as diffusion
+    from warpSPHCore.fluids.cases import hydrostatic
+
+    tank = hydrostatic.setup(hydrostatic.HydrostaticConfig(n=40))
+    scheme, P = tank.scheme, tank.particles
+    sim = scheme.simulation(P, tank.state, tank.dt,
+                            options=LoopOptions(skin=0.2, progress=False, wrap=False))
+    stepMs = _stepMs(sim, repeats)
+    s = sim.state
+    x, u, rho = s.positions, s.velocities, s.densities
+    H, m, kinds, dom = P.supports, P.masses, P.kinds, P.domain
+    rho0, c0, dx = scheme.rho0, scheme.c0, P.spacing
+    g = torch.tensor(scheme.bodyForce, dtype=x.dtype)
+    mode = scheme.interaction
+    nu = scheme.artificialViscosity.alpha * dx * c0 / 8.0
+    kw = dict(kernel=scheme.kernel, operationMode=mode)
+    isWall = kinds == 1
+
+    def tait(r):
+        return scheme.equationOfState.pressure(r, rho0, c0)
+
+    with torch.no_grad():
+        p = tait(rho).clamp(min=0.0)
+        w = extrapolateWalls(ParticleState(x, H, m, kinds, rho), p, u, dom,
+                             sim.neighbours.adjacency, gravity=g,
+                             densityOfPressure=lambda q: scheme.equationOfState.density(
+                                 q, rho0, c0), noSlip=True, kernel=scheme.kernel)
+        V = torch.where(isWall, torch.full_like(p, dx * dx), m / w.densities)
+        # every call gets new tensors; the list is the simulation's (a Verlet list is reused)
+        adj = sim.neighbours.adjacency
+        calls = {
+            "Verlet check + health flags": lambda: sim.neighbours(
+                type(s)(x.clone(), u.clone(), rho.clone(), s.time)),
+            "equation of state + clip": lambda: tait(rho.clone()).clamp(min=0.0),
+            "wall extrapolation": lambda: extrapolateWalls(
+                ParticleState(x.clone(), H, m, kinds, rho.clone()), p.clone(), u.clone(), dom,
+                adj, gravity=g, densityOfPressure=lambda q: scheme.equationOfState.density(
+                    q, rho0, c0), noSlip=True, kernel=scheme.kernel),
+            "momentum (fused)": lambda: momentumAcceleration(
+                ParticleState(x.clone(), H, m, kinds, w.densities.clone()),
+                w.pressures.clone(), w.velocities.clone(), dom, adj,
+                dynamicViscosity=rho0 * nu, volumes=V.clone(), **kw),
+            "continuity density rate": lambda: continuityDensityRate(
+                ParticleState(x.clone(), H, m, kinds, w.densities.clone()), u.clone(), dom,
+                adj, **kw),
+            "density diffusion": lambda: diffusion(
+                ParticleState(x.clone(), H, m, kinds, w.densities.clone()), dom, adj, 0.1, dx,
+                c0, **kw),
+        }
+        rows = {name: _median_ms(fn, repeats) for name, fn in calls.items()}
+    evaluation = sum(rows.values())
+    total = 2.0 * evaluation  # predictor-corrector: two rate evaluations per step
+    n, nf = x.shape[0], tank.fluidCount
+    print(f"Hydrostatic tank step (H/dx = 40, {n} particles: {nf} fluid, {n - nf} wall; "
+          f"{int(adj.i.numel())} pairs; {sim.stepper.__name__}), median of {repeats} (ms)")
+    for name, ms in rows.items():
+        print(f"  {name:36s} {ms:7.2f}")
+    print(f"  {'sum of the calls, two evaluations':36s} {total:7.2f}")
+    print(f"  {'whole step (Simulation.advance)':36s} {stepMs:7.2f}   step / sum "
+          f"{stepMs / total:.2f}")
+    return {"particles": n, "fluid": nf, "pairs": int(adj.i.numel()), "ms": rows,
+            "evaluation_ms": evaluation, "sum_ms": total, "step_ms": stepMs,
+            "step_over_sum": stepMs / total, "stepper": sim.stepper.__name__}
+
+
+def _damBreak3D(repeats: int) -> dict:
+    """Section 5 of the module docstring."""
+    from warpSPHCore.fluids import LoopOptions, extrapolateWalls
+    from warpSPHCore.fluids.cases import dambreak
+
+    case = dambreak.setup(dambreak.DamBreakConfig(dim=3))
+    scheme, P = case.scheme, case.particles
+    sim = scheme.simulation(P, FluidState(case.positions, case.velocities, case.densities),
+                            case.dt, options=LoopOptions(skin=0.2, progress=False, wrap=False))
+    stepMs = _stepMs(sim, repeats)
+    s = sim.state
+    x, u, rho = s.positions, s.velocities, s.densities
+    H, m, kinds, dom = P.supports, P.masses, P.kinds, P.domain
+    g = torch.tensor(scheme.bodyForce, dtype=x.dtype)
+    adj = sim.neighbours.adjacency
+    with torch.no_grad():
+        p = scheme.equationOfState.pressure(rho, scheme.rho0, scheme.c0).clamp(min=0.0)
+        wallsMs = _median_ms(lambda: extrapolateWalls(
+            ParticleState(x.clone(), H, m, kinds, rho.clone()), p.clone(), u.clone(), dom, adj,
+            gravity=g, densityOfPressure=lambda q: scheme.equationOfState.density(
+                q, scheme.rho0, scheme.c0), noSlip=False, kernel=scheme.kernel), repeats)
+    evaluations = 2  # predictor-corrector
+    without = stepMs - evaluations * wallsMs
+    n, nf = x.shape[0], case.fluidCount
+    isWall, isFluid = kinds[adj.i] == 1, kinds[adj.j] == 0
+    wallFluid = int((isWall & isFluid).sum())
+    print(f"3D dam break step (a/dx = {case.config.n}, {n} particles: {nf} fluid, {n - nf} "
+          f"wall; {int(adj.i.numel())} pairs, {wallFluid} wall-fluid), median of {repeats} (ms)")
+    print(f"  {'wall extrapolation (one evaluation)':36s} {wallsMs:7.2f}")
+    print(f"  {'whole step (Simulation.advance)':36s} {stepMs:7.2f}")
+    print(f"  {'the step without its extrapolations':36s} {without:7.2f}   with / without "
+          f"{stepMs / without:.2f}")
+    return {"particles": n, "fluid": nf, "pairs": int(adj.i.numel()),
+            "wallFluidPairs": wallFluid, "walls_ms": wallsMs, "step_ms": stepMs,
+            "step_without_walls_ms": without, "with_over_without": stepMs / without}
 
 
 if __name__ == "__main__":

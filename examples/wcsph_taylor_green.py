@@ -78,10 +78,14 @@ def main():
     c0, nu = 10.0 * U, U * 1.0 / RE
     density = OperationProperties(KERNEL, operation=WarpOperation.Density)
 
-    def rates(state: FluidState) -> Rates:
+    def search(state: FluidState):
+        """A new neighbour search at every rate evaluation (the neighbour policy)."""
+        probe = ParticleState(state.positions.detach(), H, mass, kinds)
+        return radiusSearchCompactHashMap(probe, domain, mode=SupportScheme.Gather)
+
+    def rates(state: FluidState, adjacency) -> Rates:
         """Summation density, Tait pressure, pressure and viscous accelerations."""
         particles = ParticleState(state.positions, H, mass, kinds)
-        adjacency = radiusSearchCompactHashMap(particles, domain, mode=SupportScheme.Gather)
         rho = warpOperation(particles, density, domain, adjacency=adjacency)
         particles = ParticleState(state.positions, H, mass, kinds, rho)
         p = taitPressure(rho, RHO0, c0)
@@ -102,7 +106,7 @@ def main():
         while times[-1] < args.t - 1e-12:
             dt = float(torch.minimum(stableTimeStep(dx, c0, state.velocities, nu),
                                      torch.tensor(args.t - times[-1], dtype=dt64)))
-            state, r = kickDriftKick(state, dt, rates, r)
+            state, r = kickDriftKick(state, dt, rates, search, r)
             steps += 1
             times.append(times[-1] + dt)
             energies.append(kinetic(state))

@@ -103,7 +103,10 @@ def test_constants_are_validated(bad):
 def test_reference_sound_speed():
     assert referenceSoundSpeed(1.0) == 10.0
     assert referenceSoundSpeed(0.5, gravity=9.81, height=1.0) == pytest.approx(
-        10.0 * math.sqrt(9.81))
+        10.0 * math.sqrt(2.0 * 9.81))
+    # the dam break's rule: a column of height 2a
+    assert referenceSoundSpeed(0.0, gravity=9.81, height=2.0) == pytest.approx(
+        10.0 * math.sqrt(2.0 * 9.81 * 2.0), rel=1e-15)
     assert referenceSoundSpeed(2.0, factor=20.0) == 40.0
     with pytest.raises(ValueError, match="both 0"):
         referenceSoundSpeed(0.0)

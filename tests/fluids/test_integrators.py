@@ -14,6 +14,7 @@ import torch
 from warpSPHCore.fluids import (
     FluidState,
     Rates,
+    defaultStepper,
     kickDriftKick,
     predictorCorrector,
     symplecticEuler,
@@ -22,7 +23,7 @@ from warpSPHCore.fluids import (
 OMEGA, K = 2.0, 0.7
 
 
-def _oscillator(state: FluidState) -> Rates:
+def _oscillator(state: FluidState, neighbours=None) -> Rates:
     drho = None if state.densities is None else -K * state.densities
     return Rates(-OMEGA**2 * state.positions, drho)
 
@@ -47,10 +48,7 @@ def _run(step, s0, T, n):
     dt = T / n
     s, r = s0, None
     for _ in range(n):
-        if step is kickDriftKick:
-            s, r = kickDriftKick(s, dt, _oscillator, r)
-        else:
-            s = step(s, dt, _oscillator)
+        s, r = step(s, dt, _oscillator, None, r)  # one signature for every stepper
     return s
 
 
@@ -90,10 +88,7 @@ def test_symplectic_energy_stays_bounded(step):
     e0 = float(energy(s0))
     s, r, worst = s0, None, 0.0
     for k in range(20000):
-        if step is kickDriftKick:
-            s, r = kickDriftKick(s, dt, _oscillator, r)
-        else:
-            s = step(s, dt, _oscillator)
+        s, r = step(s, dt, _oscillator, None, r)
         if k % 100 == 0:
             worst = max(worst, abs(float(energy(s)) - e0) / e0)
     bound = OMEGA * dt if step is symplecticEuler else (OMEGA * dt) ** 2
@@ -103,13 +98,13 @@ def test_symplectic_energy_stays_bounded(step):
 def test_kick_drift_kick_evaluates_the_rates_once_per_step():
     calls = []
 
-    def counted(state):
+    def counted(state, neighbours):
         calls.append(1)
         return _oscillator(state)
 
     s, r = _start(), None
     for _ in range(10):
-        s, r = kickDriftKick(s, 0.01, counted, r)
+        s, r = kickDriftKick(s, 0.01, counted, None, r)
     assert len(calls) == 11  # the first step evaluates its start as well
 
 
@@ -120,7 +115,7 @@ def test_rollout_gradient_matches_central_differences():
     def final(x0):
         s, r = FluidState(x0, s0.velocities), None
         for _ in range(50):
-            s, r = kickDriftKick(s, 0.02, _oscillator, r)
+            s, r = kickDriftKick(s, 0.02, _oscillator, None, r)
         return (s.velocities**2).sum() + s.positions[0, 0]
 
     x0 = s0.positions.clone().requires_grad_(True)
@@ -146,8 +141,20 @@ def test_state_and_rates_are_validated():
         FluidState(x, x, torch.zeros(3, dtype=torch.float64))
     s = FluidState(x, x, None)
     with pytest.raises(ValueError, match="densityRates exactly when"):
-        symplecticEuler(s, 0.1, lambda st: Rates(st.positions, torch.zeros(4)))
+        symplecticEuler(s, 0.1, lambda st, nb: Rates(st.positions, torch.zeros(4)))
     with pytest.raises(ValueError, match="the velocities' shape"):
-        symplecticEuler(s, 0.1, lambda st: Rates(st.positions[:, :1]))
+        symplecticEuler(s, 0.1, lambda st, nb: Rates(st.positions[:, :1]))
     with pytest.raises(TypeError, match="must return a Rates"):
-        predictorCorrector(s, 0.1, lambda st: st.positions)
+        predictorCorrector(s, 0.1, lambda st, nb: st.positions)
+    withRho = FluidState(x, x, torch.ones(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"densityRates \(4, 1\); accepted: \(4,\)"):
+        kickDriftKick(withRho, 0.1, lambda st, nb: Rates(st.positions,
+                                                         torch.zeros(4, 1, dtype=x.dtype)))
+
+
+def test_default_stepper_follows_the_density_treatment():
+    """Summation density (no densities in the state): kick-drift-kick; integrated densities:
+    predictor-corrector (the stable choice with a continuity equation)."""
+    x = torch.zeros(4, 2, dtype=torch.float64)
+    assert defaultStepper(FluidState(x, x)) is kickDriftKick
+    assert defaultStepper(FluidState(x, x, torch.ones(4, dtype=x.dtype))) is predictorCorrector

@@ -23,7 +23,7 @@ from warpSPHCore.fluids import (
 OMEGA, K = 2.0, 0.7
 
 
-def _oscillator(state: FluidState) -> Rates:
+def _oscillator(state: FluidState, neighbours=None) -> Rates:
     return Rates(-OMEGA**2 * state.positions * (1.0 + 0.1 * state.velocities**2),
                  -K * state.densities)
 
@@ -36,7 +36,7 @@ def _start(n=4, d=2):
 
 
 def _loss(x0, v0, rho0, dt, rateFn, steps, k):
-    final, _ = rollout(FluidState(x0, v0, rho0), dt, steps, rateFn, checkpointEvery=k)
+    final = rollout(FluidState(x0, v0, rho0), dt, steps, rateFn, checkpointEvery=k).state
     return (final.positions**2).sum() + final.velocities.sum() + 1e-3 * final.densities.sum()
 
 
@@ -104,7 +104,8 @@ def test_rollout_through_the_operators():
     adj = ref.neighbourStructure("csr", p, dom)
     kw = dict(kernel=KernelFunctions.Wendland4)
 
-    def rates(state):
+    def rates(state, neighbours):
+        assert neighbours is adj
         q = ParticleState(state.positions, p.supports, p.masses, p.kinds, state.densities)
         pres = taitPressure(state.densities, 1.0, 5.0)
         return Rates(pressureAcceleration(q, pres, dom, adj, **kw),
@@ -115,8 +116,8 @@ def test_rollout_through_the_operators():
 
     def grad(k):
         v = v0.clone().requires_grad_(True)
-        final, _ = rollout(FluidState(p.positions, v, p.densities), 1e-3, 6, rates,
-                           checkpointEvery=k)
+        final = rollout(FluidState(p.positions, v, p.densities), 1e-3, 6, rates, adj,
+                        checkpointEvery=k).state
         loss = (final.velocities**2).sum() + final.densities.sum()
         return loss.detach(), torch.autograd.grad(loss, v)[0]
 
@@ -128,9 +129,45 @@ def test_rollout_through_the_operators():
 def test_validation():
     x, v, rho = _start()
     s = FluidState(x, v, rho)
-    with pytest.raises(ValueError, match="steps must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"steps=-1; accepted: an int >= 0"):
         rollout(s, 0.1, -1, _oscillator)
-    with pytest.raises(ValueError, match="checkpointEvery must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"checkpointEvery=0; accepted: an int >= 1"):
         rollout(s, 0.1, 3, _oscillator, checkpointEvery=0)
-    final, _ = rollout(s, 0.1, 0, _oscillator)
-    assert final is s
+    with pytest.raises(ValueError, match=r"trajectoryEvery=0; accepted: an int >= 1"):
+        rollout(s, 0.1, 3, _oscillator, trajectoryEvery=0)
+    with pytest.raises(TypeError, match="accepted: a FluidState"):
+        rollout((x, v), 0.1, 3, _oscillator)
+    final, carried, trajectory = rollout(s, 0.1, 0, _oscillator)
+    assert final is s and carried is None and trajectory is None
+
+
+@pytest.mark.parametrize("k", [None, 1, 4])
+def test_trajectory_every_m_steps(k):
+    """trajectoryEvery = 3 over 10 steps: the states at steps 0, 3, 6, 9, stacked, equal to
+    the states of a step loop; a trajectory loss differentiates the same checkpointed or
+    not."""
+    x, v, rho = _start()
+    dt = 0.01
+    s, r, states = FluidState(x, v, rho), None, [FluidState(x, v, rho)]
+    stepper = rollout.__globals__["defaultStepper"](s)
+    for _ in range(10):
+        s, r = stepper(s, dt, _oscillator, None, r)
+        states.append(s)
+    vv = v.clone().requires_grad_(True)
+    out = rollout(FluidState(x, vv, rho), dt, 10, _oscillator, checkpointEvery=k,
+                  trajectoryEvery=3)
+    traj = out.trajectory
+    assert traj.steps == (0, 3, 6, 9)
+    assert traj.positions.shape == (4,) + tuple(x.shape)
+    for n, step in enumerate(traj.steps):
+        assert torch.equal(traj.positions[n].detach(), states[step].positions)
+        assert torch.equal(traj.densities[n].detach(), states[step].densities)
+    torch.testing.assert_close(traj.times, torch.tensor([0.0, 0.03, 0.06, 0.09],
+                                                        dtype=torch.float64))
+    assert torch.equal(out.state.positions.detach(), states[10].positions)
+    loss = (traj.positions**2).sum() + traj.velocities.sum()
+    (g,) = torch.autograd.grad(loss, vv)
+    vv2 = v.clone().requires_grad_(True)
+    ref = rollout(FluidState(x, vv2, rho), dt, 10, _oscillator, trajectoryEvery=3).trajectory
+    (g2,) = torch.autograd.grad((ref.positions**2).sum() + ref.velocities.sum(), vv2)
+    assert torch.equal(g, g2)

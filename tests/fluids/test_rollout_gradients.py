@@ -1,4 +1,4 @@
-"""Differentiable rollouts (issue 16, item 4): the gradient of a scalar loss after a weakly
+"""Differentiable rollouts: the gradient of a scalar loss after a weakly
 compressible rollout with respect to the viscosity, the initial velocity amplitude and a body
 force matches central differences to 1e-6 (relative), the checkpointed rollout's gradients
 are bitwise the plain one's, and the same holds for the Taylor-Green case's
@@ -36,7 +36,7 @@ from warpSPHCore.fluids import (
     taitPressure,
 )
 from warpSPHCore.fluids.cases import tgv
-from warpSPHCore.fluids.cases.transport import transportKickDriftKick
+from warpSPHCore.fluids.transport import transportKickDriftKick
 
 F64 = torch.float64
 N_SIDE, STEPS, C0 = 10, 15, 10.0
@@ -61,12 +61,17 @@ def _problem():
 P = _problem()
 
 
+def _search(state):
+    """A new neighbour search for every rate evaluation (a callable neighbour policy)."""
+    return radiusSearchCompactHashMap(
+        ParticleState(state.positions.detach(), P["H"], P["m"], P["kinds"]), P["dom"])
+
+
 def _rates(mu, gravity):
     H, m, kinds, dom = P["H"], P["m"], P["kinds"], P["dom"]
 
-    def rates(state):
+    def rates(state, adj):
         x = state.positions
-        adj = radiusSearchCompactHashMap(ParticleState(x.detach(), H, m, kinds), dom)
         rho = warpOperation(ParticleState(x, H, m, kinds), DENSITY, dom, adjacency=adj)
         p = ParticleState(x, H, m, kinds, rho)
         a = pressureAcceleration(p, taitPressure(rho, 1.0, C0), dom, adj) \
@@ -79,8 +84,8 @@ def _rates(mu, gravity):
 def _loss(mu, amplitude, gravity, checkpointEvery=None):
     x0 = P["x"]
     v0 = amplitude * tgv.taylorGreenVelocity(x0, 1.0)
-    final, _ = rollout(FluidState(x0, v0), P["dt"], STEPS, _rates(mu, gravity),
-                       checkpointEvery=checkpointEvery)
+    final = rollout(FluidState(x0, v0), P["dt"], STEPS, _rates(mu, gravity), _search,
+                    checkpointEvery=checkpointEvery).state
     v = final.velocities
     return (P["m"][:, None] * (0.5 * v**2 + MOMENTUM * v)).sum() + (P["w"] * final.positions).sum()
 
@@ -137,22 +142,20 @@ def _taylorGreenTransport(k="loop"):
     x0 = case.positions + 0.1 * case.dx * torch.sin(7.0 * case.positions.flip(1))
     v0 = tgv.taylorGreenVelocity(x0, 1.0)
 
+    def search(state):
+        return radiusSearchCompactHashMap(
+            ParticleState(state.positions.detach(), case.supports, case.masses, case.kinds),
+            case.domain)
+
     def loss(mu):
-        rateFn = tgv.taylorGreenRates(case, viscosity=mu)
-
-        def rates(state):
-            adj = radiusSearchCompactHashMap(
-                ParticleState(state.positions.detach(), case.supports, case.masses, case.kinds),
-                case.domain)
-            return rateFn(state, adj)
-
+        rates = tgv.taylorGreenRates(case, viscosity=mu)
         if k == "loop":
             s, r = FluidState(x0, v0), None
             for _ in range(12):
-                s, r = transportKickDriftKick(s, case.dt, rates, r)
+                s, r = transportKickDriftKick(s, case.dt, rates, search, r)
         else:
-            s, r = rollout(FluidState(x0, v0), case.dt, 12, rates, checkpointEvery=k,
-                           stepper=transportKickDriftKick)
+            s, r, _ = rollout(FluidState(x0, v0), case.dt, 12, rates, search,
+                              checkpointEvery=k, stepper=transportKickDriftKick)
         return 0.5 * (case.masses[:, None] * s.velocities**2).sum() \
             + (P["w"] * s.positions).sum(), r
 

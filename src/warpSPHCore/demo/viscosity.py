@@ -1,4 +1,4 @@
-"""Demo part ``viscosity``, an inverse problem over a rollout (issue 16, item 6): recover the
+"""Demo part ``viscosity``, an inverse problem over a rollout: recover the
 kinematic viscosity of a weakly compressible Taylor-Green flow from its velocity field after
 K steps, by gradient descent through the simulation.
 
@@ -65,13 +65,16 @@ class _Flow:
         self.dt = 0.25 * dx / (self.c0 + 1.0)
         self.density = OperationProperties(KERNEL, operation=WarpOperation.Density)
 
+    def neighbours(self, state: FluidState):
+        """A new search at every rate evaluation (the neighbour policy of the rollout)."""
+        x = torch.remainder(state.positions.detach(), 1.0)
+        return radiusSearchCompactHashMap(ParticleState(x, self.H, self.m, self.kinds),
+                                          self.domain, mode=SupportScheme.Gather)
+
     def rates(self, nu):
-        def rateFn(state: FluidState) -> Rates:
+        def rateFn(state: FluidState, adj) -> Rates:
             x = torch.remainder(state.positions, 1.0)
             p0 = ParticleState(x, self.H, self.m, self.kinds)
-            adj = radiusSearchCompactHashMap(ParticleState(x.detach(), self.H, self.m,
-                                                           self.kinds), self.domain,
-                                             mode=SupportScheme.Gather)
             rho = warpOperation(p0, self.density, self.domain, adjacency=adj)
             particles = ParticleState(x, self.H, self.m, self.kinds, rho)
             a = momentumAcceleration(particles, self.c0 ** 2 * (rho - 1.0), state.velocities,
@@ -82,9 +85,9 @@ class _Flow:
 
     def final(self, nu):
         """u_K(nu) ``[N, 2]``."""
-        state, _ = rollout(FluidState(self.x0, self.u0), self.dt, self.steps, self.rates(nu),
-                           checkpointEvery=10)
-        return state.velocities
+        out = rollout(FluidState(self.x0, self.u0), self.dt, self.steps, self.rates(nu),
+                      self.neighbours, checkpointEvery=10)
+        return out.state.velocities
 
 
 def _plot(path, nus, losses):

@@ -1,4 +1,4 @@
-"""Weakly compressible SPH toolkit (issue 16), built on the public operators and the
+"""Weakly compressible SPH toolkit, built on the public operators and the
 neighbour search: physics terms, the fused momentum operator, walls, time integration, the
 simulation loop, differentiable rollouts and the validation cases (docs/fluids.md).
 
@@ -39,9 +39,18 @@ from .eos import (
     taitPressure,
     taitSoundSpeed,
 )
+from .health import (
+    HealthEvent,
+    HealthMonitor,
+    SimulationHealthError,
+    SimulationHealthWarning,
+    boxContainer,
+)
 from .integrators import (
     FluidState,
     Rates,
+    advance,
+    defaultStepper,
     evaluateRates,
     kickDriftKick,
     predictorCorrector,
@@ -51,15 +60,28 @@ from .loop import (
     LoopOptions,
     Restart,
     Simulation,
-    VerletNeighbours,
     loadRestart,
     saveRestart,
     simulate,
-    wrapPeriodic,
 )
 from .momentum import momentumAcceleration, momentumField, transportVelocityAccelerations
+from .neighbours import VerletNeighbours, wrapPeriodic
 from .relaxation import relaxParticles
-from .rollout import rollout
+from .rollout import RolloutResult, Trajectory, rollout
+from .scheme import (
+    ArtificialViscosity,
+    DensityDiffusion,
+    Linear,
+    ParticleSet,
+    Scheme,
+    Shifting,
+    Tait,
+    Term,
+    TermContext,
+    TransportVelocity,
+    Walls,
+    hydrostaticStart,
+)
 from .stabilization import antuonoDensityDiffusion, artificialViscosity, particleShifting
 from .terms import (
     backgroundPressureAcceleration,
@@ -71,6 +93,7 @@ from .terms import (
     pressureAcceleration,
 )
 from .timestep import stableTimeStep
+from .transport import TransportRates, TransportState, transportKickDriftKick
 from .walls import (
     WallState,
     boxParticles,
@@ -80,6 +103,18 @@ from .walls import (
 )
 
 __all__ = [
+    "Scheme",
+    "ParticleSet",
+    "Tait",
+    "Linear",
+    "Walls",
+    "ArtificialViscosity",
+    "DensityDiffusion",
+    "TransportVelocity",
+    "Shifting",
+    "Term",
+    "TermContext",
+    "hydrostaticStart",
     "taitPressure",
     "taitDensity",
     "taitSoundSpeed",
@@ -112,8 +147,20 @@ __all__ = [
     "symplecticEuler",
     "kickDriftKick",
     "predictorCorrector",
+    "defaultStepper",
+    "advance",
     "evaluateRates",
+    "TransportState",
+    "TransportRates",
+    "transportKickDriftKick",
     "rollout",
+    "RolloutResult",
+    "Trajectory",
+    "HealthMonitor",
+    "HealthEvent",
+    "SimulationHealthError",
+    "SimulationHealthWarning",
+    "boxContainer",
     "LoopOptions",
     "VerletNeighbours",
     "Simulation",

@@ -1,4 +1,4 @@
-"""Equations of state of weakly compressible SPH (issue 16, item 1).
+"""Equations of state of weakly compressible SPH.
 
 The fluid is made slightly compressible with an artificial sound speed c0, chosen so that
 the density varies by about 1 % (Monaghan 1994: c0 >= 10 |u|max, Mach <= 0.1, gives
@@ -94,8 +94,10 @@ def linearSoundSpeed(rho, rho0, c0):
 def referenceSoundSpeed(maxVelocity: float, gravity: float = 0.0, height: float = 0.0,
                         factor: float = 10.0) -> float:
     """Artificial sound speed for a density variation of about 1 / factor^2 (Monaghan 1994):
-    c0 = factor * max(|u|max, sqrt(|g| H)), with |u|max the largest expected flow speed and
-    sqrt(|g| H) the free-fall speed of a water column of height H (dam break).
+    c0 = factor * max(|u|max, sqrt(2 |g| H)), with |u|max the largest expected flow speed and
+    sqrt(2 |g| H) the speed of a fall from the height H of the water column (the speed
+    Monaghan's estimate uses; the dam break's column of height 2a gives 10 sqrt(2 g 2a), a
+    tank of depth H at rest 10 sqrt(2 g H)). The one sound-speed rule of the cases.
 
     Args:
         maxVelocity: the largest expected speed (>= 0).
@@ -107,7 +109,7 @@ def referenceSoundSpeed(maxVelocity: float, gravity: float = 0.0, height: float 
         if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     _positive("factor", factor)
-    speed = max(float(maxVelocity), math.sqrt(float(gravity) * float(height)))
+    speed = max(float(maxVelocity), math.sqrt(2.0 * float(gravity) * float(height)))
     if speed == 0.0:
         raise ValueError("referenceSoundSpeed: maxVelocity and sqrt(gravity * height) are both "
                          "0; accepted: a positive expected speed or a water column")

@@ -1,45 +1,46 @@
-"""The simulation loop (issue 16, item 3): a neighbour list with a Verlet skin, frames, progress
-and restarts around the integrators.
+"""The simulation loop: a neighbour list with a Verlet skin, health checks, frames, progress
+and restarts around the steppers.
 
-`Simulation` advances a `FluidState` by a *stepper* (default `integrators.kickDriftKick`).
-Its rate function receives the neighbour list as a second argument::
+`Simulation` advances a `FluidState` by a *stepper* (default `integrators.defaultStepper`
+of the state). Its rate function has the one signature of the fluids layer::
 
-    def rates(state: FluidState, adjacency: AdjacencyList) -> Rates: ...
+    def rates(state: FluidState, neighbours: AdjacencyList) -> Rates: ...
 
     sim = Simulation(state, rates, domain, supports, dt, options=LoopOptions(skin=0.1))
     sim.run(until=1.0)                 # or sim.run(steps=100); sim.state is the result
     sim.save("restart.pt")             # ... later, in another process:
     sim = Simulation.resume("restart.pt", rates, domain, supports)
 
-* **Neighbour list.** `VerletNeighbours` searches with supports scaled by s = 1 + skin
-  (`neighborhood.buildVerletList`) and reuses the list while every particle has moved less
-  than half the buffer: the list is rebuilt iff ``2 max_i |x_i - x_i^build| + support drift >
-  skin min H``. The decision is `buildVerletList`'s own, one readback per rate evaluation
-  (plus the search's readback when it rebuilds). The list holds every pair with r_ij <=
-  s H, so a rate function must give the pairs beyond its support zero weight; every compact
-  kernel does (q > 1: W = 0, grad W = 0), so the library's operators and kernel-weighted
-  edge sums accept it as it is.
+A `Scheme` builds the rates, the stepper, the time step and the health checks of a case
+(`Scheme.simulation`).
+
+* **Neighbour list.** `VerletNeighbours` (`fluids.neighbours`) searches with supports
+  scaled by s = 1 + skin and reuses the list while every particle has moved less than half
+  the buffer: one readback per rate evaluation (plus the search's readback when it
+  rebuilds). `rollout` takes the same policy and reuses the lists the same way.
 * **Periodic positions.** With ``LoopOptions.wrap`` (default) the positions on the periodic
   axes are wrapped into ``[min, max)`` before each rate evaluation and after each step
   (``x <- min + (x - min) mod extent``: differentiable, gradient 1).
+* **Health checks** (`fluids.health.HealthMonitor`) ride on the Verlet readback: a
+  non-finite field raises with the field and the first particle, a particle leaving the
+  domain or crossing a wall is reported, a time step above the stable limit raises. The
+  initial state is checked when the simulation is built.
 * **No host syncs per step** beyond the Verlet check: the time step is a Python number or a
   0-dim tensor (a tensor is never read back; ``run(until=...)`` reads it once per call to
   count the steps), the step counter lives on the host, progress only counts steps. Frames
   and restart files copy the state to the host, every k steps.
 * **Frames** every ``LoopOptions.frameEvery`` steps go through a writer with the signature
   of `warpSPHCore.io.writeParticles` (``frame_000120.vtu``: positions, velocities,
-  densities, accelerations and the fields of ``frameFields(state, rates)``). The writer is
-  passed in by the caller (the command line passes `writeParticles`): `warpSPHCore.io`
-  sits in the entry-point layer above `fluids` (pyproject's import-linter contract).
+  densities, accelerations and the fields of ``frameFields(state, rates)``).
 * **Restarts.** `Simulation.save` writes one ``torch.save`` file with the state, the carried
   rates (the next step's first kick), the step, the time step and the neighbour list (its
   pairs *and* build positions): a run resumed from it continues bitwise as the uninterrupted
   run (tests/fluids/test_loop.py), because every step after it sees the same tensors, the
   same list and the same rebuild decisions. The state and rates types may be subclasses of
-  `FluidState` and `Rates` (e.g. the transport-velocity state of `fluids.cases`); their
+  `FluidState` and `Rates` (e.g. the transport velocity's `TransportState`); their
   dataclass fields are stored and the types restored by name.
 
-The loop differentiates like the integrators (the neighbour list is integer data); for
+The loop differentiates like the steppers (the neighbour list is integer data); for
 reverse mode over long rollouts use `fluids.rollout` with its checkpointing.
 """
 
@@ -53,11 +54,11 @@ from pathlib import Path
 
 import torch
 
-from ..dataTypes.adjacency import AdjacencyList
 from ..enumTypes import SupportScheme
 from ..io import writeParticles
-from ..neighborhood.verlet import buildVerletList
-from .integrators import FluidState, Rates, kickDriftKick
+from .health import HealthMonitor
+from .integrators import FluidState, Rates, advance, defaultStepper
+from .neighbours import VerletNeighbours, wrapPeriodic
 
 __all__ = ["LoopOptions", "VerletNeighbours", "Simulation", "simulate", "wrapPeriodic",
            "saveRestart", "loadRestart", "Restart"]
@@ -80,6 +81,9 @@ class LoopOptions:
         frameFormat: ``"vtu"`` (ParaView; meshio) or ``"h5"`` (h5py).
         restartEvery: write ``out/restart.pt`` every k steps (0: never).
         progress: show a tqdm progress bar.
+        checkEvery: the default health checks (`fluids.health.HealthMonitor`: non-finite
+            fields, particles leaving the domain) every k rate evaluations, on the Verlet
+            readback (0: none; a monitor given to `Simulation` has its own interval).
     """
 
     skin: float = 0.1
@@ -89,118 +93,19 @@ class LoopOptions:
     frameFormat: str = "vtu"
     restartEvery: int = 0
     progress: bool = True
+    checkEvery: int = 1
 
     def __post_init__(self):
         if not (isinstance(self.skin, (int, float)) and math.isfinite(self.skin)
                 and self.skin >= 0):
             raise ValueError(f"LoopOptions: skin={self.skin!r}; accepted: a finite number >= 0")
-        for name in ("frameEvery", "restartEvery"):
+        for name in ("frameEvery", "restartEvery", "checkEvery"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"LoopOptions: {name}={v!r}; accepted: an int >= 0 (0: off)")
         if self.frameFormat not in _FRAME_FORMATS:
             raise ValueError(f"LoopOptions: frameFormat={self.frameFormat!r}; accepted: "
                              f"{', '.join(_FRAME_FORMATS)}")
-
-
-def wrapPeriodic(positions: torch.Tensor, domain) -> torch.Tensor:
-    """``[N, d]`` positions with the periodic axes of `domain` wrapped into [min, max):
-    ``min + (x - min) mod (max - min)``; the other axes unchanged. Differentiable (gradient
-    1), no host sync.
-
-    Args:
-        positions: ``[N, d]`` positions.
-        domain: `DomainDescription` (``min``, ``max``, ``periodic``).
-
-    Returns:
-        ``[N, d]`` wrapped positions.
-    """
-    lo = domain.min.to(positions)
-    extent = domain.max.to(positions) - lo
-    periodic = torch.as_tensor(domain.periodic, device=positions.device)
-    return torch.where(periodic, lo + torch.remainder(positions - lo, extent), positions)
-
-
-class _Probe:
-    """The positions/supports bag the neighbour search accepts."""
-
-    __slots__ = ("positions", "supports")
-
-    def __init__(self, positions, supports):
-        self.positions, self.supports = positions, supports
-
-
-class VerletNeighbours:
-    """The Verlet-skin rebuild policy: ``neighbours(positions) -> AdjacencyList``.
-
-    Each call hands the positions to `buildVerletList` with the prior list, which returns the
-    prior list while it is valid (one readback) and rebuilds it otherwise (module
-    docstring). ``builds`` counts the searches, ``calls`` the calls.
-
-    Args:
-        domain: `DomainDescription`.
-        supports: ``[N]`` compact supports H (the unscaled ones).
-        skin: buffer as a fraction of the support (>= 0).
-        supportMode: `SupportScheme` of the search.
-    """
-
-    def __init__(self, domain, supports: torch.Tensor, skin: float = 0.1,
-                 supportMode=SupportScheme.Gather):
-        if not (isinstance(skin, (int, float)) and math.isfinite(skin) and skin >= 0):
-            raise ValueError(f"VerletNeighbours: skin={skin!r}; accepted: a finite number >= 0")
-        self.domain = domain
-        self.supports = supports.detach()
-        self.scale = 1.0 + float(skin)
-        self.supportMode = SupportScheme(supportMode)
-        self.adjacency: AdjacencyList | None = None
-        self.builds = 0
-        self.calls = 0
-
-    def __call__(self, positions: torch.Tensor) -> AdjacencyList:
-        prior = self.adjacency
-        adjacency = buildVerletList(_Probe(positions.detach(), self.supports), self.domain,
-                                    self.scale, self.supportMode, prior)
-        self.calls += 1
-        if adjacency is not prior:
-            self.builds += 1
-        self.adjacency = adjacency
-        return adjacency
-
-    def stateDict(self) -> dict | None:
-        """The current list as plain tensors and numbers (None before the first call)."""
-        a = self.adjacency
-        if a is None:
-            return None
-        return {"i": a.i, "j": a.j, "numNeighbors": a.numNeighbors, "edgeOffsets": a.edgeOffsets,
-                "numRows": a.numRows, "numCols": a.numCols,
-                "queryPositions": a.queryPositions, "querySupports": a.querySupports,
-                "referencePositions": None if a.referencePositions is a.queryPositions
-                else a.referencePositions,
-                "referenceSupports": None if a.referenceSupports is a.querySupports
-                else a.referenceSupports,
-                "supportMode": int(a.supportMode), "verletScale": float(a.verletScale)}
-
-    def loadStateDict(self, d: dict | None) -> None:
-        """Restore a list saved by `stateDict` (the aliasing of the query and reference sets
-        included), on the device of the supports."""
-        if d is None:
-            self.adjacency = None
-            return
-        dev = self.supports.device
-
-        def on(t):
-            return None if t is None else t.to(dev)
-
-        qPos, qSup = on(d["queryPositions"]), on(d["querySupports"])
-        rPos = qPos if d["referencePositions"] is None else on(d["referencePositions"])
-        rSup = qSup if d["referenceSupports"] is None else on(d["referenceSupports"])
-        self.adjacency = AdjacencyList(
-            i=on(d["i"]), j=on(d["j"]), numNeighbors=on(d["numNeighbors"]),
-            edgeOffsets=on(d["edgeOffsets"]), numRows=int(d["numRows"]),
-            numCols=int(d["numCols"]), queryPositions=qPos, referencePositions=rPos,
-            querySupports=qSup, referenceSupports=rSup,
-            supportMode=SupportScheme(int(d["supportMode"])),
-            verletScale=float(d["verletScale"]))
 
 
 @dataclass(frozen=True)
@@ -290,31 +195,39 @@ class Simulation:
 
     Args:
         state: the initial `FluidState` (or a subclass).
-        rateFn: ``rates(state, adjacency) -> Rates``; `adjacency` is the Verlet list.
+        rates: ``rates(state, neighbours) -> Rates``; `neighbours` is the Verlet list.
         domain: `DomainDescription` (the search's domain; periodic axes are wrapped).
         supports: ``[N]`` compact supports H of the neighbour search.
         dt: the time step, a Python number or a 0-dim tensor (fixed; never read back per
             step).
-        stepper: ``stepper(state, dt, rateFn, rates) -> (state, rates)`` (default
-            `kickDriftKick`; `fluids.cases.transport.transportKickDriftKick` for the
-            transport-velocity scheme).
+        stepper: ``stepper(state, dt, rates, neighbours, carried) -> (state, carried)``
+            (default `integrators.defaultStepper` of the state: kick-drift-kick with
+            summation density, predictor-corrector with integrated densities;
+            `transportKickDriftKick` for the transport-velocity scheme; a `Scheme` names
+            its own).
         options: `LoopOptions`.
         out: folder of the frames and restart files (created on first use), or None.
         writer: the frame writer, a function with the signature of
             `warpSPHCore.io.writeParticles` (None: that function).
         frameFields: ``(state, rates) -> dict`` of extra per-particle fields in the frames.
+        monitor: the `HealthMonitor` whose checks ride on the Verlet readback (None: one
+            that checks for non-finite fields and particles leaving the domain, every
+            ``options.checkEvery`` rate evaluations; ``options.checkEvery = 0``: none). The
+            initial state is checked at once.
 
     Attributes:
-        state, rates: the current state and the carried rates at it (None before the first
-            step).
+        state, rates: the current state and what the stepper carries at it (kick-drift-
+            kick: its end-of-step rates; None before the first step and for steppers that
+            carry nothing).
         step: the number of steps taken (int).
         neighbours: the `VerletNeighbours` policy.
+        monitor: the `HealthMonitor` (or None).
         frames: the frame files written, in order.
     """
 
-    def __init__(self, state: FluidState, rateFn, domain, supports, dt, *,
-                 stepper=kickDriftKick, options: LoopOptions | None = None, out=None,
-                 writer=None, frameFields=None):
+    def __init__(self, state: FluidState, rates, domain, supports, dt, *,
+                 stepper=None, options: LoopOptions | None = None, out=None,
+                 writer=None, frameFields=None, monitor=None):
         options = LoopOptions() if options is None else options
         if not isinstance(state, FluidState):
             raise TypeError(f"Simulation: state is a {type(state).__name__}; accepted: a "
@@ -327,26 +240,41 @@ class Simulation:
                                                      and math.isfinite(dt) and dt > 0):
             raise ValueError(f"Simulation: dt={dt!r}; accepted: a positive finite number or "
                              "a 0-dim tensor")
+        if not callable(rates):
+            raise TypeError(f"Simulation: rates is a {type(rates).__name__}; accepted: a "
+                            "function rates(state, neighbours) -> Rates")
+        if supports.shape != (state.positions.shape[0],):
+            raise ValueError(f"Simulation: supports has shape {tuple(supports.shape)}; "
+                             f"accepted: [{state.positions.shape[0]}] (one per particle)")
         self.state, self.rates, self.step = state, None, 0
-        self.rateFn, self.domain, self.dt = rateFn, domain, dt
-        self.stepper, self.options = stepper, options
+        self.rateFn, self.domain, self.dt = rates, domain, dt
+        self.stepper = defaultStepper(state) if stepper is None else stepper
+        self.options = options
         self.out = None if out is None else Path(out)
         self.writer = writeParticles if writer is None else writer
         self.frameFields = frameFields
-        self.neighbours = VerletNeighbours(domain, supports, options.skin, options.supportMode)
+        if monitor is None and options.checkEvery:
+            monitor = HealthMonitor(domain=domain, every=options.checkEvery)
+        if monitor is not None:
+            monitor.dt = dt
+        self.monitor = monitor
+        self.neighbours = VerletNeighbours(domain, supports, options.skin, options.supportMode,
+                                           wrap=options.wrap, monitor=monitor)
         self.frames: list[Path] = []
         self._framed: int | None = None
         if options.wrap:
             self.state = replace(state, positions=wrapPeriodic(state.positions, domain))
+        if monitor is not None:
+            monitor.check(self.state)
 
     @classmethod
-    def resume(cls, path, rateFn, domain, supports, dt=None, **kwargs) -> Simulation:
+    def resume(cls, path, rates, domain, supports, dt=None, **kwargs) -> Simulation:
         """A simulation continued from a restart file: the state, carried rates, step and
         neighbour list of the file.
 
         Args:
             path: the restart file (`save`, `saveRestart`).
-            rateFn: the rate function of the original run.
+            rates: the rate function of the original run.
             domain: the `DomainDescription` of the original run.
             supports: ``[N]`` supports (their device is where the file is loaded).
             dt: the time step (None: the file's).
@@ -357,25 +285,18 @@ class Simulation:
             The `Simulation` at the file's step.
         """
         r = loadRestart(path, supports.device)
-        sim = cls(r.state, rateFn, domain, supports, r.dt if dt is None else dt, **kwargs)
+        sim = cls(r.state, rates, domain, supports, r.dt if dt is None else dt, **kwargs)
         sim.state, sim.rates, sim.step = r.state, r.rates, r.step
         sim.neighbours.loadStateDict(r.neighbours)
         sim._framed = r.step  # that frame was written by the run that saved the file
         return sim
 
-    def _evaluate(self, state: FluidState) -> Rates:
-        if self.options.wrap:
-            state = replace(state, positions=wrapPeriodic(state.positions, self.domain))
-        return self.rateFn(state, self.neighbours(state.positions))
-
     def advance(self) -> FluidState:
-        """One step of the stepper; returns the new state."""
-        state, self.rates = self.stepper(self.state, self.dt, self._evaluate, self.rates)
-        if self.options.wrap:
-            state = replace(state, positions=wrapPeriodic(state.positions, self.domain))
-        self.state = state
+        """One step of the stepper (`integrators.advance`); returns the new state."""
+        self.state, self.rates = advance(self.stepper, self.state, self.dt, self.rateFn,
+                                         self.neighbours, self.rates)
         self.step += 1
-        return state
+        return self.state
 
     def stepsUntil(self, time) -> int:
         """The number of steps from the current time to `time` (the last step may end up to
@@ -461,7 +382,7 @@ def simulate(state: FluidState, rateFn, domain, supports, dt, *, steps=None, unt
 
     Args:
         state: the initial `FluidState`.
-        rateFn: ``rates(state, adjacency) -> Rates``.
+        rateFn: ``rates(state, neighbours) -> Rates``.
         domain: `DomainDescription`.
         supports: ``[N]`` supports of the neighbour search.
         dt: the time step (number or 0-dim tensor).

@@ -1,5 +1,4 @@
-"""The momentum equation of weakly compressible SPH in one neighbour traversal (issue 16,
-item 1): pressure, viscosity and the transport-velocity stress of Adami, Hu & Adams (2013,
+"""The momentum equation of weakly compressible SPH in one neighbour traversal: pressure, viscosity and the transport-velocity stress of Adami, Hu & Adams (2013,
 J. Comput. Phys. 241: 292-307) through the fused Momentum operator
 (`operators.momentum`), divided by the masses:
 
@@ -24,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..dataTypes.operationProperties import OperationProperties
-from ..enumTypes import KernelFunctions, SupportScheme, WarpOperation
+from ..enumTypes import KernelFunctions, OperationDirection, SupportScheme, WarpOperation
 from ..operations import warpOperation
 
 __all__ = ["momentumAcceleration", "transportVelocityAccelerations", "momentumField"]
@@ -78,7 +77,7 @@ def momentumField(particles, pressures, velocities, dynamicViscosity=0.0,
 def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
                          dynamicViscosity=0.0, transportVelocities=None, volumes=None,
                          kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                         operationMode=9):
+                         operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Momentum acceleration a_i (module formula), one neighbour traversal.
 
     Args:
@@ -97,11 +96,11 @@ def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
             `terms.numberDensityVolumes`).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode (`operators.md` §6; e.g. fluid queries over fluid and
-            wall references).
+        operationMode: the interaction mode (`OperationDirection`, docs/particle-kinds.md;
+            e.g. FluidQueriesNonGhostReferences: fluid rows over fluid and wall neighbours).
 
     Returns:
-        ``[N, d]`` accelerations; 0 for a query the kind mode masks. Differentiable in
+        ``[N, d]`` accelerations; 0 for a query the interaction mode masks. Differentiable in
         reverse and forward mode (dual tensors) w.r.t. positions, supports, masses, densities,
         pressures, velocities, transport velocities, volumes and viscosity.
     """
@@ -123,7 +122,7 @@ def transportVelocityAccelerations(particles, pressures, velocities, domain, adj
                                    backgroundPressure, dynamicViscosity=0.0,
                                    transportVelocities=None, volumes=None,
                                    kernel=KernelFunctions.Wendland2,
-                                   supportMode=SupportScheme.Gather, operationMode=9):
+                                   supportMode=SupportScheme.Gather, operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """The momentum acceleration a_i and the background-pressure acceleration
     a^b_i = -(p_b / m_i) sum_j (V_i^2 + V_j^2) G_ij of the transport-velocity formulation
     (Adami, Hu & Adams 2013), from one traversal (module docstring).
@@ -140,7 +139,7 @@ def transportVelocityAccelerations(particles, pressures, velocities, domain, adj
         volumes: ``[N]`` V (default m / rho; the formulation uses `numberDensityVolumes`).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
 
     Returns:
         ``(a, a^b)``, both ``[N, d]``; derivatives as `momentumAcceleration`, and w.r.t. p_b.

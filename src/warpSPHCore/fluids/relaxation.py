@@ -3,7 +3,7 @@
 A lattice start is the worst case for SPH flows with hyperbolic stagnation points (the
 Taylor-Green vortex): the flow strains the lattice into particle lines, and every momentum
 form measured in docs/fluids.md then loses its kinetic energy within t = 0.2-0.4. Starting
-from a relaxed distribution instead (the "documented relaxation step" issue 16 allows)
+from a relaxed distribution instead (a documented relaxation step)
 removes that failure. `relaxParticles` jitters the positions and moves them with the
 background-pressure acceleration of the transport-velocity formulation
 (`terms.backgroundPressureAcceleration`, p_b = 1, unit density) under damped pseudo-time
@@ -31,7 +31,7 @@ def relaxParticles(positions, supports, domain, iterations=300, jitter=0.25, dam
         positions: ``[N, d]`` start positions (a lattice), inside the domain.
         supports: ``[N]`` compact supports of the simulation.
         domain: `DomainDescription`. Periodic axes wrap; on the other axes the positions are
-            clamped into the box (walls come with their own particles, issue 16 item 2).
+            clamped into the box (walls come with their own particles).
         iterations: pseudo-time steps (each one neighbour search).
         jitter: uniform random displacement in units of the particle spacing, applied first
             (breaks the lattice symmetry, under which the acceleration is zero).

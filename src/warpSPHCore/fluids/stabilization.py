@@ -1,8 +1,8 @@
-"""Stabilisation terms of weakly compressible SPH (issue 16, item 1): artificial viscosity,
+"""Stabilisation terms of weakly compressible SPH: artificial viscosity,
 delta-SPH density diffusion with renormalized gradients, particle shifting.
 
 With ``x_ij = x_i - x_j`` (minimum image), ``r_ij = |x_ij|``, ``G_ij = grad_i W_ij``,
-``V_j = m_j / rho_j`` and pair sums over the references that the call's kind mode admits:
+``V_j = m_j / rho_j`` and pair sums over the references that the call's interaction mode admits:
 
 =========================  =================================================================
 `artificialViscosity`      a_i = - sum_j m_j Pi_ij G_ij,
@@ -22,7 +22,7 @@ With ``x_ij = x_i - x_j`` (minimum image), ``r_ij = |x_ij|``, ``G_ij = grad_i W_
                            1499-1523), R = 0.2, n = 4, D = 0.5 h^2 by default
 =========================  =================================================================
 
-How each is computed (the decision of issue 16, item 1):
+How each is computed:
 
 * **The delta-SPH diffusion is operators only.** The sum splits into the Molteni-Colagrossi
   term (`terms.densityDiffusion`, the Brookshaw Laplacian of the densities) and
@@ -36,11 +36,11 @@ How each is computed (the decision of issue 16, item 1):
   of an `AdjacencyList` with ``index_add``. W_ij and G_ij per edge are *not* re-implemented
   in torch: `_edgeKernels` evaluates them with the library's own Interpolate and Gradient
   operators over a one-edge-per-row list (query e at x_{i_e}, its single reference j_e,
-  unit values and volumes). Every kernel, support scheme, kind mode and lattice
+  unit values and volumes). Every kernel, support scheme, interaction mode and lattice
   calibration of the operators is therefore available, with the operators' own kernel code
   (no second copy of a kernel formula), and reverse and forward mode come from the bridge.
-  A pair the kind mode rejects gets W_ij = 0 and G_ij = 0 and so contributes nothing. The
-  only torch geometry is the minimum-image x_ij (`operators.md` §8.2), needed for
+  A pair the interaction mode rejects gets W_ij = 0 and G_ij = 0 and so contributes nothing. The
+  only torch geometry is the minimum-image x_ij (the operators' periodic rule), needed for
   v_ij . x_ij.
 
 h (``smoothingLength``) is the smoothing length of the formulas, not the compact support H
@@ -60,8 +60,15 @@ from ..corrections.renormalization import computeRenormalizationMatrices
 from ..dataTypes.adjacency import AdjacencyList, trustedConstruction
 from ..dataTypes.operationProperties import OperationProperties
 from ..dataTypes.particleState import ParticleState
-from ..enumTypes import GradientScheme, KernelFunctions, SupportScheme, WarpOperation
+from ..enumTypes import (
+    GradientScheme,
+    KernelFunctions,
+    OperationDirection,
+    SupportScheme,
+    WarpOperation,
+)
 from ..operations import warpOperation
+from ._checks import particleField, particleScalar
 from .terms import _densities, densityDiffusion
 
 __all__ = ["artificialViscosity", "antuonoDensityDiffusion", "particleShifting"]
@@ -77,7 +84,7 @@ def _edgeList(adjacency, where: str) -> AdjacencyList:
 
 def _pairVectors(positions, i, j, domain) -> torch.Tensor:
     """x_ij = x_i - x_j per edge ``[E, d]``, the minimum image on periodic axes
-    (`operators.md` §8.2: wrap both into the box, difference, map into [-L/2, L/2)); the
+    (wrap both into the box, difference, map into [-L/2, L/2)); the
     wrap is piecewise constant, so the derivative is dx_i - dx_j."""
     lo, L = domain.min, domain.max - domain.min
     xi, xj = positions[i], positions[j]
@@ -95,7 +102,7 @@ def _edgeKernels(particles, props, domain, adjacency, queryPositions=None, gradi
     Query e sits at ``queryPositions[e]`` (default x_{i_e}) with the support and kind of
     particle i_e; its only reference is j_e. With unit values and unit reference volumes
     the Interpolate row is W_ij and the Gradient row G_ij, under the properties' kernel,
-    support scheme, kind mode and calibration."""
+    support scheme, interaction mode and calibration."""
     i, j = adjacency.i, adjacency.j
     E, N = i.shape[0], particles.positions.shape[0]
     dev = i.device
@@ -130,7 +137,7 @@ def _pairMean(values, i, j):
 def artificialViscosity(particles, velocities, domain, adjacency, soundSpeeds, *, alpha,
                         smoothingLength, beta=0.0, epsilon=0.01,
                         kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                        operationMode=9):
+                        operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Monaghan artificial viscosity (module table), an acceleration added to the momentum
     equation; it acts only on approaching pairs (v_ij . x_ij < 0).
 
@@ -147,7 +154,7 @@ def artificialViscosity(particles, velocities, domain, adjacency, soundSpeeds, *
         epsilon: eps of the regulariser eps h^2 (0.01).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode (`operators.md` §6).
+        operationMode: the interaction mode (`OperationDirection`, docs/particle-kinds.md).
 
     Returns:
         ``[N, d]`` accelerations. Reverse and forward mode in the positions, supports,
@@ -156,6 +163,9 @@ def artificialViscosity(particles, velocities, domain, adjacency, soundSpeeds, *
     """
     where = "artificialViscosity"
     rho = _densities(particles, where)
+    n, d = particles.positions.shape
+    particleField(where, "velocities", velocities, n, d)
+    particleScalar(where, "soundSpeeds", soundSpeeds, n)
     adj = _edgeList(adjacency, where)
     i, j = adj.i, adj.j
     props = OperationProperties(kernel, supportMode=supportMode, operationMode=operationMode)
@@ -172,7 +182,7 @@ def artificialViscosity(particles, velocities, domain, adjacency, soundSpeeds, *
 
 def antuonoDensityDiffusion(particles, domain, adjacency, delta, smoothingLength, soundSpeed,
                             kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                            operationMode=9):
+                            operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """delta-SPH density diffusion of Antuono et al. 2010 with renormalized density
     gradients (module table), the term added to the density rate. Zero for a linear density
     field wherever L_i is the inverse of the covariance (full neighbourhoods), unlike the
@@ -189,7 +199,7 @@ def antuonoDensityDiffusion(particles, domain, adjacency, delta, smoothingLength
         soundSpeed: c0.
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode (also of the renormalization matrices).
+        operationMode: the interaction mode (also of the renormalization matrices).
 
     Returns:
         ``[N]`` density rates. r_ij^2 is the library's Brookshaw denominator
@@ -216,7 +226,7 @@ def antuonoDensityDiffusion(particles, domain, adjacency, delta, smoothingLength
 def particleShifting(particles, domain, adjacency, spacing, smoothingLength, *,
                      diffusionCoefficient=None, tensileR=0.2, tensileN=4, volumes=None,
                      kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                     operationMode=9):
+                     operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Fickian particle shifting of Lind et al. 2012 (module table): the displacement
     dr_i = -D grad C_i that moves particles down the gradient of the particle concentration,
     applied after the position update.
@@ -243,16 +253,17 @@ def particleShifting(particles, domain, adjacency, spacing, smoothingLength, *,
         volumes: ``[N]`` V_j (default m_j / rho_j).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode; 11 (AllToFluid) shifts fluid particles only, with
-            wall particles as references.
+        operationMode: the interaction mode; FluidQueriesNonGhostReferences shifts fluid
+            particles only, with wall particles as references.
 
     Returns:
-        ``[N, d]`` displacements; 0 on rows the kind mode does not query. Reverse and forward
+        ``[N, d]`` displacements; 0 on rows the interaction mode does not query. Reverse and forward
         mode in the positions, supports, masses, densities / volumes and D.
     """
     where = "particleShifting"
     adj = _edgeList(adjacency, where)
-    V = particles.masses / _densities(particles, where) if volumes is None else volumes
+    V = particles.masses / _densities(particles, where) if volumes is None else \
+        particleField(where, "volumes", volumes, particles.positions.shape[0])
     i, j = adj.i, adj.j
     props = OperationProperties(kernel, supportMode=supportMode, operationMode=operationMode)
     W, G = _edgeKernels(particles, props, domain, adj)

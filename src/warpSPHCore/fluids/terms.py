@@ -1,7 +1,7 @@
-"""Physics terms of weakly compressible SPH built from the public operators (issue 16, item 1).
+"""Physics terms of weakly compressible SPH built from the public operators.
 
 Each is one operator call and a scaling; with ``x_ij = x_i - x_j``, ``G_ij = grad_i W_ij``,
-``V_j = m_j / rho_j`` and the pair sums over the references that the call's kind mode admits:
+``V_j = m_j / rho_j`` and the pair sums over the references that the call's interaction mode admits:
 
 ========================  ==================================================================
 `pressureAcceleration`    a_i = - sum_j m_j (p_i / rho_i^2 + p_j / rho_j^2) G_ij
@@ -29,7 +29,7 @@ Acceleration`             2013, J. Comput. Phys. 241: 292-307): the background-p
 ========================  ==================================================================
 
 r_ij^2 is the library's Brookshaw denominator (r + 1e-8 h_ij)^2, with pairs at r = 0 skipped
-(`operators.md` §2.6). The regulariser eta^2 = 0.01 h^2 that Morris et al. add to r^2 is
+(the operators' rule). The regulariser eta^2 = 0.01 h^2 that Morris et al. add to r^2 is
 for coincident particles, which the r > 0 guard already excludes; the fused momentum
 operator of the next step takes it as a parameter (docs/fluids.md). The densities of
 `particles` must be set for every term but the continuity rate (the others divide by them or
@@ -37,9 +37,10 @@ read V_j).
 
 Every term is differentiable in reverse and forward mode through the operators (and
 composes with `torch.autograd.forward_ad` dual tensors), on the call's device and dtype,
-without host syncs. The smoothing kernel, support scheme and kind mode are those of the
-`OperationProperties` built from the keyword arguments (defaults: Wendland2, Gather, kind
-mode 9: every query, every reference except ghosts).
+without host syncs. The smoothing kernel, support scheme and interaction mode are those of
+the `OperationProperties` built from the keyword arguments (defaults: Wendland2, Gather,
+AllQueriesNonGhostReferences: every query, every reference except ghosts). Per-particle
+inputs of the wrong shape raise (a ``[N, 1]`` pressure is not broadcast).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ from ..enumTypes import (
     GradientScheme,
     KernelFunctions,
     LaplacianScheme,
+    OperationDirection,
     SupportScheme,
     WarpOperation,
 )
 from ..operations import warpOperation
+from ._checks import particleField, particleScalar
 
 __all__ = ["pressureAcceleration", "laminarViscosity", "densityDiffusion",
            "continuityDensityRate", "bodyAcceleration", "numberDensityVolumes",
@@ -77,7 +80,7 @@ def _props(op, kernel, supportMode, operationMode, **kw) -> OperationProperties:
 
 def pressureAcceleration(particles, pressures, domain, adjacency,
                          kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                         operationMode=9):
+                         operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Symmetric pressure acceleration (module table).
 
     Args:
@@ -88,12 +91,13 @@ def pressureAcceleration(particles, pressures, domain, adjacency,
             built for the call).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode (`operators.md` §6).
+        operationMode: the interaction mode (`OperationDirection`, docs/particle-kinds.md).
 
     Returns:
         ``[N, d]`` accelerations.
     """
     rho = _densities(particles, "pressureAcceleration")
+    particleField("pressureAcceleration", "pressures", pressures, rho.shape[0])
     props = _props(WarpOperation.Gradient, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Symmetric)
     grad = warpOperation(particles, props, domain, queryValues=pressures, adjacency=adjacency)
@@ -102,7 +106,7 @@ def pressureAcceleration(particles, pressures, domain, adjacency,
 
 def laminarViscosity(particles, velocities, domain, adjacency, dynamicViscosity,
                      kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                     operationMode=9):
+                     operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Morris et al. laminar viscosity for a constant dynamic viscosity (module table).
 
     Args:
@@ -113,12 +117,15 @@ def laminarViscosity(particles, velocities, domain, adjacency, dynamicViscosity,
         dynamicViscosity: mu = rho0 nu (a number or a 0-dim tensor, differentiable).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
 
     Returns:
         ``[N, d]`` accelerations.
     """
     rho = _densities(particles, "laminarViscosity")
+    n, d = particles.positions.shape
+    particleField("laminarViscosity", "velocities", velocities, n, d)
+    particleScalar("laminarViscosity", "dynamicViscosity", dynamicViscosity, n)
     props = _props(WarpOperation.Laplacian, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Naive, laplacianMode=LaplacianScheme.Brookshaw)
     lap = warpOperation(particles, props, domain, queryValues=velocities, adjacency=adjacency)
@@ -127,7 +134,8 @@ def laminarViscosity(particles, velocities, domain, adjacency, dynamicViscosity,
 
 def densityDiffusion(particles, domain, adjacency, delta, smoothingLength, soundSpeed,
                      kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                     operationMode=9):
+                     operationMode=OperationDirection.AllQueriesNonGhostReferences, *,
+                     values=None):
     """delta-SPH density diffusion of Molteni & Colagrossi (module table), the term added to
     the density rate.
 
@@ -141,12 +149,17 @@ def densityDiffusion(particles, domain, adjacency, delta, smoothingLength, sound
         soundSpeed: c0.
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
+        values: ``[N]`` the field whose differences are diffused (default the densities;
+            the densities minus their hydrostatic part give the correction of Fourtakas et
+            al. 2019, which vanishes in a fluid at rest under gravity).
 
     Returns:
         ``[N]`` density rates.
     """
     rho = _densities(particles, "densityDiffusion")
+    if values is not None:
+        rho = particleField("densityDiffusion", "values", values, rho.shape[0])
     props = _props(WarpOperation.Laplacian, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Naive, laplacianMode=LaplacianScheme.Brookshaw)
     lap = warpOperation(particles, props, domain, queryValues=rho, adjacency=adjacency)
@@ -155,7 +168,7 @@ def densityDiffusion(particles, domain, adjacency, delta, smoothingLength, sound
 
 def continuityDensityRate(particles, velocities, domain, adjacency,
                           kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
-                          operationMode=9):
+                          operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Density rate of the continuity equation, drho_i/dt = sum_j m_j v_ij . G_ij (module
     table).
 
@@ -166,11 +179,13 @@ def continuityDensityRate(particles, velocities, domain, adjacency,
         adjacency: the neighbour list.
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
 
     Returns:
         ``[N]`` density rates.
     """
+    n, d = particles.positions.shape
+    particleField("continuityDensityRate", "velocities", velocities, n, d)
     props = _props(WarpOperation.Divergence, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Difference)
     div = warpOperation(particles, props, domain, queryValues=velocities, adjacency=adjacency,
@@ -196,7 +211,7 @@ def _reciprocalOrZero(t: torch.Tensor) -> torch.Tensor:
 
 
 def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.Wendland2,
-                         supportMode=SupportScheme.Gather, operationMode=9):
+                         supportMode=SupportScheme.Gather, operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Number-density volumes V_i = 1 / sum_j W_ij (module table).
 
     Args:
@@ -205,22 +220,22 @@ def numberDensityVolumes(particles, domain, adjacency, kernel=KernelFunctions.We
         adjacency: the neighbour list.
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
 
     Returns:
         ``[N]`` volumes, differentiable in the positions and supports; 0 for a particle
-        whose sum is empty (one the kind mode does not query).
+        whose sum is empty (one the interaction mode does not query).
     """
     ones = torch.ones_like(particles.positions[:, 0])
     unit = ParticleState(particles.positions, particles.supports, ones, particles.kinds)
     props = _props(WarpOperation.Density, kernel, supportMode, operationMode)
-    # 0 (not inf) where the sum is empty: a query the kind mode does not admit
+    # 0 (not inf) where the sum is empty: a query the interaction mode does not admit
     return _reciprocalOrZero(warpOperation(unit, props, domain, adjacency=adjacency))
 
 
 def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPressure,
                                    volumes=None, kernel=KernelFunctions.Wendland2,
-                                   supportMode=SupportScheme.Gather, operationMode=9):
+                                   supportMode=SupportScheme.Gather, operationMode=OperationDirection.AllQueriesNonGhostReferences):
     """Background-pressure acceleration of the transport-velocity formulation (module table).
 
     Args:
@@ -232,13 +247,15 @@ def backgroundPressureAcceleration(particles, domain, adjacency, backgroundPress
         volumes: ``[N]`` V_i (default: `numberDensityVolumes` of the same call).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
-        operationMode: the kind mode.
+        operationMode: the interaction mode (`OperationDirection`).
 
     Returns:
         ``[N, d]`` accelerations.
     """
     V = numberDensityVolumes(particles, domain, adjacency, kernel, supportMode,
-                             operationMode) if volumes is None else volumes
+                             operationMode) if volumes is None else \
+        particleField("backgroundPressureAcceleration", "volumes", volumes,
+                      particles.positions.shape[0])
     props = _props(WarpOperation.Gradient, kernel, supportMode, operationMode,
                    gradientMode=GradientScheme.Naive)
     field = torch.stack([_reciprocalOrZero(V), V], dim=1)  # Naive: sum_j f_j V_j G_ij per column

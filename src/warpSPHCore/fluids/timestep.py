@@ -1,4 +1,4 @@
-"""Time-step limits of explicit weakly compressible SPH (issue 16, item 3).
+"""Time-step limits of explicit weakly compressible SPH.
 
 dt = min(C_cfl h / (c0 + |u|max),  C_visc h^2 / nu,  C_f sqrt(h / |a|max))
 

@@ -1,9 +1,9 @@
-"""Solid walls by dummy particles (issue 16, item 2): the pressure, density and velocity
+"""Solid walls by dummy particles: the pressure, density and velocity
 extrapolation of Adami, Hu & Adams 2012 (J. Comput. Phys. 231: 7057-7075) and the layers of
 wall particles of an axis-aligned box.
 
 Fluid and wall particles are one `ParticleState`, told apart by ``kinds`` (`ParticleType`:
-fluid 0, boundary 1). For a wall particle w and its fluid neighbours f, with
+Fluid, Boundary). For a wall particle w and its fluid neighbours f, with
 ``r_wf = x_w - x_f`` (minimum image) and W_wf the kernel under the call's support scheme:
 
 =================  ========================================================================
@@ -24,30 +24,39 @@ particle, of which only the wall rows are read (a moving cavity lid:
 ``torch.where(isLid[:, None], lidVelocity, 0)``); per-particle rather than ``[N_w, d]``
 because selecting the wall rows of a tensor would read the kinds back to the host.
 
-The sums are torch edge sums over the `AdjacencyList` with the W_wf of
-`stabilization._edgeKernels` (the library's Interpolate operator over one edge per row)
-under the kind mode FluidToBoundary (2): wall queries, fluid references, so every other
-pair has W = 0. The hydrostatic term needs r_wf per pair (a minimum image across periodic
-axes, e.g. the x axis of a Poiseuille channel), which no operator's scheme coefficient
-provides; the edge sums give all three sums from one W per pair. Differentiable in reverse
-and forward mode in positions, supports, pressures, densities, velocities, g, a_w and
-u_wall; float32/float64; 2D/3D; no host syncs.
+The sums are torch edge sums over the wall-fluid edges of the `AdjacencyList` (a wall row,
+a fluid reference: `wallFluidEdges`) with the W_wf of `stabilization._edgeKernels` (the
+library's Interpolate operator over one edge per row, interaction
+BoundaryQueriesFluidReferences). The hydrostatic term needs r_wf per pair (a minimum image
+across periodic axes, e.g. the x axis of a Poiseuille channel), which no operator's scheme
+coefficient provides; the edge sums give all three sums from one W per pair.
+
+**Only wall-fluid pairs are touched.** A simulation's list holds every pair of every kind:
+in a 3D tank most of them are wall-wall pairs, and summing over all of them made the
+extrapolation many times as expensive as the fused momentum (docs/fluids.md). The wall-fluid edges are
+selected once per list (one readback, when a Verlet list is rebuilt) and cached, so the
+extrapolation costs what its pairs cost. Differentiable in reverse and forward mode in
+positions, supports, pressures, densities, velocities, g, a_w and u_wall; float32/float64;
+2D/3D; no host syncs beyond that selection.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from ..dataTypes.adjacency import AdjacencyList
 from ..dataTypes.operationProperties import OperationProperties
 from ..enumTypes import KernelFunctions, OperationDirection, ParticleType, SupportScheme
+from ._checks import particleField
 from .stabilization import _densities, _edgeKernels, _edgeList, _pairVectors
 
 __all__ = ["WallState", "wallPressures", "wallVelocities", "extrapolateWalls",
-           "boxParticles"]
+           "boxParticles", "wallFluidEdges"]
 
 
 @dataclass(frozen=True)
@@ -74,12 +83,58 @@ def _vectorField(value, like: torch.Tensor, name: str) -> torch.Tensor:
     return t.expand_as(like)
 
 
+class _Edges:
+    """The wall-fluid edges of a list: what `_edgeKernels` reads of an `AdjacencyList`."""
+
+    __slots__ = ("i", "j", "supportMode")
+
+    def __init__(self, i, j, supportMode):
+        self.i, self.j, self.supportMode = i, j, supportMode
+
+
+#: the wall-fluid edges of the last few (list, kinds) pairs: a Verlet list is reused for many
+#: steps, so its edges are selected once per rebuild. The entries hold their list and kinds,
+#: so the ids they are keyed by stay theirs.
+_WALL_EDGES: OrderedDict = OrderedDict()
+_WALL_EDGES_SIZE = 8
+
+
+def wallFluidEdges(adjacency: AdjacencyList, kinds: torch.Tensor):
+    """The edges ``(i, j)`` of `adjacency` from a wall row (kind Boundary) to a fluid
+    reference (kind Fluid): the only pairs the wall extrapolation sums over. Selected once
+    per list and kinds (one readback, the edge count), then cached while the list is among
+    the last few used.
+
+    Args:
+        adjacency: the `AdjacencyList`.
+        kinds: ``[N]`` int32 kinds.
+
+    Returns:
+        An object with ``i``, ``j`` (int64 ``[E_wf]``) and ``supportMode``.
+    """
+    key = (id(adjacency), id(kinds), kinds._version)
+    hit = _WALL_EDGES.get(key)
+    if hit is not None:
+        _WALL_EDGES.move_to_end(key)
+        return hit[2]
+    i, j = adjacency.i, adjacency.j
+    keep = (kinds[i] == int(ParticleType.Boundary)) & (kinds[j] == int(ParticleType.Fluid))
+    rows = torch.nonzero(keep).flatten()  # the one readback: the number of wall-fluid edges
+    edges = _Edges(i[rows], j[rows], adjacency.supportMode)
+    _WALL_EDGES[key] = (adjacency, kinds, edges)
+    while len(_WALL_EDGES) > _WALL_EDGES_SIZE:
+        _WALL_EDGES.popitem(last=False)
+    return edges
+
+
 def _wallSums(particles, domain, adjacency, kernel, supportMode):
-    """(W_wf [E], i, j, 1 / sum_f W_wf [N] or 0, is-wall [N]) under FluidToBoundary: one
-    kernel evaluation shared by the pressure and velocity extrapolations."""
-    adj = _edgeList(adjacency, "walls")
-    props = OperationProperties(kernel, supportMode=supportMode,
-                                operationMode=int(OperationDirection.FluidToBoundary))
+    """(W_wf [E_wf], i, j, 1 / sum_f W_wf [N] or 0, is-wall [N]) over the wall-fluid edges,
+    under BoundaryQueriesFluidReferences: one kernel evaluation shared by the pressure and
+    velocity extrapolations."""
+    adj = wallFluidEdges(_edgeList(adjacency, "walls"), particles.kinds)
+    props = OperationProperties(
+        kernel, supportMode=supportMode,
+        operationMode=OperationDirection.BoundaryQueriesFluidReferences)
     W, _ = _edgeKernels(particles, props, domain, adj, gradient=False)
     S = torch.zeros_like(particles.positions[:, 0]).index_add(0, adj.i, W)
     positive = S > 0  # 0 (not inf) for a wall particle without fluid neighbours
@@ -95,6 +150,7 @@ def _pressures(sums, particles, pressures, domain, gravity, wallAccelerations, o
     W, i, j, invS, isWall = sums
     rho = _densities(particles, owner)
     x = particles.positions
+    particleField(owner, "pressures", pressures, x.shape[0])
     g = _vectorField(gravity, x, f"{owner}: gravity")
     if wallAccelerations is not None:
         g = g - _vectorField(wallAccelerations, x, f"{owner}: wallAccelerations")
@@ -157,6 +213,7 @@ def wallVelocities(particles, velocities, domain, adjacency, *, wallVelocity=Non
     Returns:
         ``[N, d]``: u_w on wall rows, the input velocities elsewhere.
     """
+    particleField("wallVelocities", "velocities", velocities, *particles.positions.shape)
     sums = _wallSums(particles, domain, adjacency, kernel, supportMode)
     return _velocities(sums, velocities, wallVelocity, noSlip, "wallVelocities")
 
@@ -188,6 +245,7 @@ def extrapolateWalls(particles, pressures, velocities, domain, adjacency, *, gra
         wall rows extrapolated and the other rows the inputs.
     """
     owner = "extrapolateWalls"
+    particleField(owner, "velocities", velocities, *particles.positions.shape)
     sums = _wallSums(particles, domain, adjacency, kernel, supportMode)
     p = _pressures(sums, particles, pressures, domain, gravity, wallAccelerations, owner)
     densities = torch.where(sums[4], densityOfPressure(p), particles.densities)

@@ -1,4 +1,4 @@
-"""Validation cases of the WCSPH toolkit (issue 16, item 5), run by ``warpsph run CASE``.
+"""Validation cases of the WCSPH toolkit, run by ``warpsph run CASE``.
 
 `CASES` is the registry: name -> `Case` (a config dataclass whose fields and defaults are the
 command line options, and ``run(config, out, *, writer=None, quiet=False) -> dict``, which
@@ -13,6 +13,8 @@ writes ``results.json`` and figures into the folder `out` and returns the result
                 (`cases.cavity`)
 ``dambreak``    2D dam break, surge front against Martin & Moyce 1952
                 (`cases.dambreak`)
+``hydrostatic``  a tank at rest: hydrostatic pressure, no motion, no leak
+                 (`cases.hydrostatic`)
 ==============  ==================================================================
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cavity, dambreak, poiseuille, tgv
+from . import cavity, dambreak, hydrostatic, poiseuille, tgv
 from .transport import TransportRates, TransportState, transportKickDriftKick
 
 __all__ = ["Case", "CASES", "TransportRates", "TransportState", "transportKickDriftKick"]
@@ -46,6 +48,9 @@ CASES = {
                        "Adami 2012 no-slip walls"),
     "cavity": Case("cavity", cavity.CavityConfig, cavity.run,
                    "lid-driven cavity, Re = 100, transport velocity, vs Ghia et al. 1982"),
+    "hydrostatic": Case("hydrostatic", hydrostatic.HydrostaticConfig, hydrostatic.run,
+                        "2D tank at rest: hydrostatic pressure, no motion, no leak, to t = 10 "
+                        "sqrt(H / g)"),
     "dambreak": Case("dambreak", dambreak.DamBreakConfig, dambreak.run,
                      "2D dam break (Martin & Moyce 1952, n^2 = 2), Adami walls, surge front "
                      "vs experiment"),

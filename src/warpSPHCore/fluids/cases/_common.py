@@ -9,6 +9,7 @@ from dataclasses import field
 import torch
 
 from ..loop import LoopOptions, Simulation
+from ..scheme import ParticleSet, Scheme
 
 __all__ = ["option", "torchThreads", "caseSimulation", "THREADS_HELP"]
 
@@ -36,12 +37,14 @@ def torchThreads(threads: int):
         torch.set_num_threads(previous)
 
 
-def caseSimulation(config, out, writer, quiet: bool, state, rateFn, case, stepper, *,
-                   wrap: bool = True, frameFields=None) -> Simulation:
-    """The `Simulation` of a case: `case`'s domain, supports and dt, the config's Verlet skin
-    and frame interval (frames in ``out/frames``), a progress bar unless `quiet`."""
+def caseSimulation(config, out, writer, quiet: bool, scheme: Scheme, particles: ParticleSet,
+                   state, dt, *, wrap: bool = True, frameFields=None,
+                   stepper=None) -> Simulation:
+    """The `Simulation` of a case: `scheme` on `particles` (`Scheme.simulation`: its rates,
+    stepper and health monitor) with the time step `dt`, the config's Verlet skin and frame
+    interval (frames in ``out/frames``), a progress bar unless `quiet`."""
     options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
                           wrap=wrap)
-    return Simulation(state, rateFn, case.domain, case.supports, case.dt, stepper=stepper,
-                      options=options, out=out / "frames" if config.frames else None,
-                      writer=writer, frameFields=frameFields)
+    return scheme.simulation(particles, state, dt, options=options,
+                             out=out / "frames" if config.frames else None, writer=writer,
+                             frameFields=frameFields, stepper=stepper)

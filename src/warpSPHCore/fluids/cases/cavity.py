@@ -13,7 +13,7 @@ p = c0^2 (rho - rho0), p_b = pb rho0 c0^2.
 
 Scheme: `poiseuille.wallBoundedRates` (summation density through the number-density
 volumes over fluid and walls, the Adami 2012 wall pressure, density and velocity, the fused
-momentum with the transport-velocity stress and the background pressure, kind mode 11), time
+momentum with the transport-velocity stress and the background pressure, interaction FluidQueriesNonGhostReferences), time
 integration by `transport.transportKickDriftKick` in the loop (Verlet skin), with
 dt = min(0.25 dx / (c0 + U), 0.125 dx^2 / nu), shortened to land on t. No body force.
 
@@ -45,14 +45,15 @@ from ...dataTypes.domain import DomainDescription
 from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions, ParticleType
 from ...kernels.constants import kernelC_d
+from ..health import boxContainer
 from ..integrators import FluidState
+from ..scheme import ParticleSet, Scheme
 from ..walls import boxParticles, wallVelocities
 from ._common import THREADS_HELP, caseSimulation, option, torchThreads
-from .poiseuille import wallBoundedRates
-from .transport import transportKickDriftKick
+from .poiseuille import wallBoundedScheme
 
 __all__ = ["CavityConfig", "Cavity", "setup", "cavityRates", "centerlineProfiles",
-           "GHIA_RE100_Y", "GHIA_RE100_U", "GHIA_RE100_X", "GHIA_RE100_V", "run"]
+           "cavityScheme", "cavityParticles", "GHIA_RE100_Y", "GHIA_RE100_U", "GHIA_RE100_X", "GHIA_RE100_V", "run"]
 
 KERNEL = KernelFunctions.Wendland2
 
@@ -75,7 +76,7 @@ GHIA_RE100_V = (0.00000, -0.05906, -0.07391, -0.08864, -0.10313, -0.16914, -0.22
 @dataclass(frozen=True)
 class CavityConfig:
     """Parameters of the lid-driven cavity (module docstring); the defaults are the
-    acceptance size of issue 16."""
+    acceptance size."""
 
     n: int = option(40, "fluid particles per axis (dx = 1 / n)")
     t: float = option(10.0, "end time (L / U)")
@@ -147,14 +148,27 @@ def setup(config: CavityConfig) -> Cavity:
                   dx, nu, c0, rho0, dt, steps)
 
 
-def cavityRates(case: Cavity, viscosity=None):
-    """The rate function of the case (`poiseuille.wallBoundedRates` with the lid);
-    `viscosity` (mu) defaults to rho0 nu and may be a tensor."""
+def cavityScheme(case: Cavity, viscosity=None) -> Scheme:
+    """The case's `Scheme` (`poiseuille.wallBoundedScheme` with the lid); `viscosity` (mu)
+    defaults to rho0 nu and may be a tensor."""
     mu = case.rho0 * case.nu if viscosity is None else viscosity
-    return wallBoundedRates(supports=case.supports, masses=case.masses, kinds=case.kinds,
-                            domain=case.domain, rho0=case.rho0, c0=case.c0, viscosity=mu,
-                            backgroundPressure=case.config.pb * case.rho0 * case.c0**2,
-                            wallVelocity=case.lidVelocity)
+    return wallBoundedScheme(rho0=case.rho0, c0=case.c0, viscosity=mu,
+                             backgroundPressure=case.config.pb * case.rho0 * case.c0**2,
+                             wallVelocity=case.lidVelocity)
+
+
+def cavityParticles(case: Cavity) -> ParticleSet:
+    """The case's `ParticleSet` (its container: the unit square)."""
+    lo, hi = boxContainer((0.0, 0.0), (1.0, 1.0), dtype=case.positions.dtype,
+                          device=case.positions.device)
+    return ParticleSet(case.supports, case.masses, case.kinds, case.domain, case.dx,
+                       container=(lo, hi))
+
+
+def cavityRates(case: Cavity, viscosity=None):
+    """The rate function of the case (`cavityScheme` on `cavityParticles`); `viscosity`
+    (mu) defaults to rho0 nu and may be a tensor."""
+    return cavityScheme(case, viscosity).rates(cavityParticles(case))
 
 
 def _probes(like: torch.Tensor):
@@ -231,9 +245,8 @@ def _run(config: CavityConfig, out, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     nf, H, lid = case.fluid, case.supports, case.lidVelocity
-    sim = caseSimulation(config, out, writer, quiet,
-                         FluidState(case.positions, torch.zeros_like(case.positions)),
-                         cavityRates(case), case, transportKickDriftKick)
+    sim = caseSimulation(config, out, writer, quiet, cavityScheme(case), cavityParticles(case),
+                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt)
     probes, component, reference = _probes(case.positions)
     rows = torch.arange(probes.shape[0], device=probes.device)
 

@@ -26,8 +26,8 @@ Scheme (`wallBoundedRates`, shared with the lid-driven cavity, `cases.cavity`):
   (2012) by `extrapolateWalls` (with g = F e_x and the wall's prescribed velocity); wall
   volumes V_w = m / rho_w;
 * the fused momentum of Adami, Hu & Adams (2013) (`transportVelocityAccelerations`,
-  Wendland C2, support ``support`` dx, kind mode 11: fluid queries over fluid and wall
-  references) plus F on the fluid rows; ``pb`` > 0 adds the background pressure
+  Wendland C2, support ``support`` dx, interaction FluidQueriesNonGhostReferences: fluid queries over fluid
+  and wall references) plus F on the fluid rows; ``pb`` > 0 adds the background pressure
   p_b = pb rho0 c0^2 and advects the particles with the transport velocity; ``pb`` = 0 (the
   default) is the plain momentum (inter-particle averaged pressure, Morris viscosity), the
   particles moving with u;
@@ -56,17 +56,16 @@ from pathlib import Path
 import torch
 
 from ...dataTypes.domain import DomainDescription
-from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions, ParticleType
+from ..health import boxContainer
 from ..integrators import FluidState
-from ..momentum import transportVelocityAccelerations
-from ..terms import numberDensityVolumes
-from ..walls import boxParticles, extrapolateWalls
+from ..scheme import Linear, ParticleSet, Scheme, TransportVelocity, Walls
+from ..walls import boxParticles
 from ._common import THREADS_HELP, caseSimulation, option, torchThreads
-from .transport import TransportRates, transportKickDriftKick
 
 __all__ = ["PoiseuilleConfig", "Poiseuille", "setup", "poiseuilleVelocity",
-           "wallBoundedRates", "binnedProfile", "run"]
+           "wallBoundedScheme", "wallBoundedRates", "poiseuilleScheme", "poiseuilleParticles",
+           "poiseuilleRates", "binnedProfile", "run"]
 
 KERNEL = KernelFunctions.Wendland2
 
@@ -75,7 +74,7 @@ KERNEL = KernelFunctions.Wendland2
 @dataclass(frozen=True)
 class PoiseuilleConfig:
     """Parameters of the Poiseuille case (module docstring); the defaults are the acceptance
-    size of issue 16."""
+    size."""
 
     ny: int = option(30, "fluid particles across the channel (dx = L / ny)")
     nx: int = option(10, "particles along the periodic x axis (channel length nx dx)")
@@ -139,16 +138,13 @@ def poiseuilleVelocity(y, t, force, nu, width=1.0, terms: int = 200):
     return steady - (torch.sin(math.pi * y[..., None] * k / L) * amplitude).sum(-1)
 
 
-def wallBoundedRates(*, supports, masses, kinds, domain, rho0, c0, viscosity,
-                     backgroundPressure=0.0, bodyForce=None, wallVelocity=None,
-                     kernel=KERNEL):
-    """The rate function ``rates(state, adjacency) -> TransportRates`` of a weakly
-    compressible fluid in dummy-particle walls (module docstring, "Scheme"), shared by the
-    Poiseuille and cavity cases.
+def wallBoundedScheme(*, rho0, c0, viscosity, backgroundPressure=0.0, bodyForce=None,
+                      wallVelocity=None, kernel=KERNEL) -> Scheme:
+    """The `Scheme` of a weakly compressible fluid in dummy-particle walls (module
+    docstring, "Scheme"), shared by the Poiseuille and cavity cases: summation density, the
+    linear equation of state, no-slip walls, the transport velocity with p_b.
 
     Args:
-        supports, masses, kinds: ``[N]`` of fluid (kind 0) and wall (kind 1) particles.
-        domain: `DomainDescription`.
         rho0, c0: reference density and sound speed of p = c0^2 (rho - rho0).
         viscosity: dynamic viscosity mu (number or 0-dim tensor).
         backgroundPressure: p_b of the transport velocity (0: none; the particles then move
@@ -158,43 +154,36 @@ def wallBoundedRates(*, supports, masses, kinds, domain, rho0, c0, viscosity,
         wallVelocity: the walls' prescribed velocity, ``[d]`` or ``[N, d]`` (only wall rows
             read; a lid), or None (walls at rest).
         kernel: `KernelFunctions`.
+    """
+    return Scheme(rho0=rho0, c0=c0, equationOfState=Linear(), density="summation",
+                  viscosity=viscosity / rho0, walls=Walls(noSlip=True, velocity=wallVelocity),
+                  transportVelocity=TransportVelocity(backgroundPressure), bodyForce=bodyForce,
+                  kernel=kernel)
+
+
+def wallBoundedRates(*, supports, masses, kinds, domain, rho0, c0, viscosity,
+                     backgroundPressure=0.0, bodyForce=None, wallVelocity=None,
+                     kernel=KERNEL, spacing=None):
+    """The rate function ``rates(state, neighbours) -> TransportRates`` of
+    `wallBoundedScheme` on the given particles (module docstring, "Scheme").
+
+    Args:
+        supports, masses, kinds: ``[N]`` of fluid (kind Fluid) and wall (kind Boundary)
+            particles.
+        domain: `DomainDescription`.
+        rho0, c0, viscosity, backgroundPressure, bodyForce, wallVelocity, kernel: as
+            `wallBoundedScheme`.
+        spacing: dx (None: sqrt of the first mass / rho0, the lattice's).
 
     Returns:
-        ``rates(state, adjacency)``; the wall rows of a and a_b are zero.
+        ``rates(state, neighbours)``; the wall rows of a and a_b are zero.
     """
-    H = supports
-    isWall = kinds == int(ParticleType.Boundary)
-    isFluid = kinds == int(ParticleType.Fluid)
-    c2 = c0 * c0
-
-    def densityOfPressure(p):
-        return rho0 + p / c2
-
-    def rates(state, adjacency):
-        x, u = state.positions, state.velocities
-        g = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if bodyForce is None \
-            else torch.as_tensor(bodyForce, dtype=x.dtype, device=x.device)
-        V = numberDensityVolumes(ParticleState(x, H, masses, kinds), domain, adjacency,
-                                 kernel)
-        rho = masses / V
-        walls = extrapolateWalls(ParticleState(x, H, masses, kinds, rho), c2 * (rho - rho0),
-                                 u, domain, adjacency, gravity=g,
-                                 densityOfPressure=densityOfPressure,
-                                 wallVelocity=wallVelocity, noSlip=True, kernel=kernel)
-        V = torch.where(isWall, masses / walls.densities, V)
-        ut = getattr(state, "transportVelocities", None)
-        ut = u if ut is None else ut
-        ut = torch.where(isWall[:, None], walls.velocities, ut)
-        a, ab = transportVelocityAccelerations(
-            ParticleState(x, H, masses, kinds, walls.densities), walls.pressures,
-            walls.velocities, domain, adjacency, backgroundPressure=backgroundPressure,
-            dynamicViscosity=viscosity, transportVelocities=ut, volumes=V, kernel=kernel,
-            operationMode=11)
-        if bodyForce is not None:
-            a = a + torch.where(isFluid[:, None], g, 0.0)
-        return TransportRates(a, None, ab)
-
-    return rates
+    scheme = wallBoundedScheme(rho0=rho0, c0=c0, viscosity=viscosity,
+                               backgroundPressure=backgroundPressure, bodyForce=bodyForce,
+                               wallVelocity=wallVelocity, kernel=kernel)
+    if spacing is None:
+        spacing = (float(masses[0]) / rho0) ** (1.0 / domain.min.shape[0])
+    return scheme.rates(ParticleSet(supports, masses, kinds, domain, spacing))
 
 
 def binnedProfile(positions, values, lower, width, bins):
@@ -255,18 +244,31 @@ def setup(config: PoiseuilleConfig) -> Poiseuille:
                       force, c0, rho0, dt, steps)
 
 
-def poiseuilleRates(case: Poiseuille, viscosity=None, force=None):
-    """The rate function of the case (`wallBoundedRates`); `viscosity` (mu) and `force` (F)
-    default to the config's and may be tensors."""
+def poiseuilleScheme(case: Poiseuille, viscosity=None, force=None) -> Scheme:
+    """The case's `Scheme` (`wallBoundedScheme` with the body force F e_x); `viscosity`
+    (mu) and `force` (F) default to the config's and may be tensors."""
     mu = case.rho0 * case.nu if viscosity is None else viscosity
     F = case.force if force is None else force
     like = case.positions
     bodyForce = torch.stack([torch.as_tensor(F, dtype=like.dtype, device=like.device),
                              torch.zeros((), dtype=like.dtype, device=like.device)])
-    return wallBoundedRates(supports=case.supports, masses=case.masses, kinds=case.kinds,
-                            domain=case.domain, rho0=case.rho0, c0=case.c0, viscosity=mu,
-                            backgroundPressure=case.config.pb * case.rho0 * case.c0**2,
-                            bodyForce=bodyForce)
+    return wallBoundedScheme(rho0=case.rho0, c0=case.c0, viscosity=mu,
+                             backgroundPressure=case.config.pb * case.rho0 * case.c0**2,
+                             bodyForce=bodyForce)
+
+
+def poiseuilleParticles(case: Poiseuille) -> ParticleSet:
+    """The case's `ParticleSet` (its container: the two walls)."""
+    lo, hi = boxContainer((0.0, 0.0), (case.config.nx * case.dx, 1.0), ("-y", "+y"),
+                          dtype=case.positions.dtype, device=case.positions.device)
+    return ParticleSet(case.supports, case.masses, case.kinds, case.domain, case.dx,
+                       container=(lo, hi))
+
+
+def poiseuilleRates(case: Poiseuille, viscosity=None, force=None):
+    """The rate function of the case (`poiseuilleScheme` on `poiseuilleParticles`);
+    `viscosity` (mu) and `force` (F) default to the config's and may be tensors."""
+    return poiseuilleScheme(case, viscosity, force).rates(poiseuilleParticles(case))
 
 
 def _errors(yb, ub, count, t, case):
@@ -327,9 +329,9 @@ def _run(config: PoiseuilleConfig, out, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     nf, dx = case.fluid, case.dx
-    sim = caseSimulation(config, out, writer, quiet,
-                         FluidState(case.positions, torch.zeros_like(case.positions)),
-                         poiseuilleRates(case), case, transportKickDriftKick)
+    sim = caseSimulation(config, out, writer, quiet, poiseuilleScheme(case),
+                         poiseuilleParticles(case),
+                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt)
     snapshotSteps = {}
     for s in _times(config.snapshots):
         k = round(s / case.dt) if case.dt else 0

@@ -21,7 +21,7 @@ against 0.25 exp(-16 pi^2 t / Re), the maximum speed against exp(-8 pi^2 t / Re)
 particles). The errors at t: ``kineticEnergyRelErr`` = E(t) / (E_0 e(t)^2) - 1 with E_0 the
 discrete initial energy (the study's measure), ``kineticEnergyRelErrAnalytic`` = E(t) /
 (M U^2 / 4 e(t)^2) - 1, ``velocityL2RelErr`` = |u - u_exact(x)| / |u_exact(x)| at the final
-positions. The defaults are the acceptance size of issue 16 (n = 50, t = 1, 600 relaxation
+positions. The defaults are the acceptance size (n = 50, t = 1, 600 relaxation
 steps: -3.6 % and 3.8 % in the study).
 
 ``threads`` (default 1) sets torch's CPU threads for the run: the edge sums at these sizes
@@ -41,17 +41,14 @@ from pathlib import Path
 import torch
 
 from ...dataTypes.domain import DomainDescription
-from ...dataTypes.particleState import ParticleState
 from ...enumTypes import KernelFunctions
 from ..integrators import FluidState
-from ..momentum import transportVelocityAccelerations
 from ..relaxation import relaxParticles
-from ..terms import numberDensityVolumes
+from ..scheme import Linear, ParticleSet, Scheme, TransportVelocity
 from ._common import THREADS_HELP, caseSimulation, option, torchThreads
-from .transport import TransportRates, transportKickDriftKick
 
-__all__ = ["TaylorGreenConfig", "TaylorGreen", "setup", "taylorGreenRates",
-           "taylorGreenVelocity", "run"]
+__all__ = ["TaylorGreenConfig", "TaylorGreen", "setup", "taylorGreenScheme",
+           "taylorGreenParticles", "taylorGreenRates", "taylorGreenVelocity", "run"]
 
 KERNEL = KernelFunctions.Wendland2
 
@@ -60,7 +57,7 @@ KERNEL = KernelFunctions.Wendland2
 @dataclass(frozen=True)
 class TaylorGreenConfig:
     """Parameters of the Taylor-Green case (module docstring); the defaults are the
-    acceptance size of issue 16."""
+    acceptance size."""
 
     n: int = option(50, "particles per axis (dx = 1 / n)")
     t: float = option(1.0, "end time")
@@ -162,9 +159,32 @@ def setup(config: TaylorGreenConfig) -> TaylorGreen:
                        rho0, dt, steps, relaxSeconds)
 
 
+def taylorGreenScheme(case: TaylorGreen, viscosity=None, backgroundPressure=None) -> Scheme:
+    """The `Scheme` of the case (module docstring): summation density through the
+    number-density volumes, the linear equation of state, the transport velocity.
+
+    Args:
+        case: the set-up case (`setup`).
+        viscosity: the dynamic viscosity mu (None: rho0 nu of the config; a tensor is
+            differentiable).
+        backgroundPressure: p_b (None: pb rho0 c0^2 of the config).
+    """
+    mu = case.rho0 * case.nu if viscosity is None else viscosity
+    pb = case.config.pb * case.rho0 * case.c0**2 if backgroundPressure is None \
+        else backgroundPressure
+    return Scheme(rho0=case.rho0, c0=case.c0, equationOfState=Linear(), density="summation",
+                  viscosity=mu / case.rho0, transportVelocity=TransportVelocity(pb),
+                  kernel=KERNEL)
+
+
+def taylorGreenParticles(case: TaylorGreen) -> ParticleSet:
+    """The case's `ParticleSet` (supports, masses, kinds, the periodic box, dx)."""
+    return ParticleSet(case.supports, case.masses, case.kinds, case.domain, case.dx)
+
+
 def taylorGreenRates(case: TaylorGreen, viscosity=None, backgroundPressure=None):
-    """The rate function ``rates(state, adjacency) -> TransportRates`` of the case (module
-    docstring).
+    """The rate function ``rates(state, neighbours) -> TransportRates`` of the case
+    (`taylorGreenScheme` on `taylorGreenParticles`).
 
     Args:
         case: the set-up case (`setup`).
@@ -173,28 +193,10 @@ def taylorGreenRates(case: TaylorGreen, viscosity=None, backgroundPressure=None)
         backgroundPressure: p_b (None: pb rho0 c0^2 of the config).
 
     Returns:
-        The rate function for `fluids.loop.Simulation` (with
-        `transport.transportKickDriftKick`).
+        The rate function for `Simulation` or `rollout` (with `transportKickDriftKick`).
     """
-    mu = case.rho0 * case.nu if viscosity is None else viscosity
-    pb = case.config.pb * case.rho0 * case.c0**2 if backgroundPressure is None \
-        else backgroundPressure
-    H, m, kinds, domain = case.supports, case.masses, case.kinds, case.domain
-    c2, rho0 = case.c0**2, case.rho0
-
-    def rates(state, adjacency):
-        x = state.positions
-        particles = ParticleState(x, H, m, kinds)
-        V = numberDensityVolumes(particles, domain, adjacency, KERNEL)
-        rho = m / V
-        ut = getattr(state, "transportVelocities", None)
-        a, ab = transportVelocityAccelerations(
-            ParticleState(x, H, m, kinds, rho), c2 * (rho - rho0), state.velocities, domain,
-            adjacency, backgroundPressure=pb, dynamicViscosity=mu, transportVelocities=ut,
-            volumes=V, kernel=KERNEL)
-        return TransportRates(a, None, ab)
-
-    return rates
+    return taylorGreenScheme(case, viscosity, backgroundPressure).rates(
+        taylorGreenParticles(case))
 
 
 def _figure(path: Path, history: dict, case: TaylorGreen, x, speed) -> None:
@@ -253,8 +255,9 @@ def _run(config: TaylorGreenConfig, out: Path, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config)
     m, U, M = case.masses, config.u, float(case.masses.sum())
-    sim = caseSimulation(config, out, writer, quiet, FluidState(case.positions, case.velocities),
-                         taylorGreenRates(case), case, transportKickDriftKick)
+    sim = caseSimulation(config, out, writer, quiet, taylorGreenScheme(case),
+                         taylorGreenParticles(case), FluidState(case.positions, case.velocities),
+                         case.dt)
 
     def kinetic(v):
         return 0.5 * (m[:, None] * v**2).sum()

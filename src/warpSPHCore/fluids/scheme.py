@@ -1,0 +1,815 @@
+"""A declarative weakly compressible SPH scheme: one object that names the physics and builds
+the rate function, the stepper, the time step and the health checks of a simulation.
+
+    scheme = Scheme(rho0=1000.0, c0=referenceSoundSpeed(0.0, 9.81, 0.6),
+                    equationOfState=Tait(), density="continuity",
+                    artificialViscosity=ArtificialViscosity(0.02),
+                    densityDiffusion=DensityDiffusion("molteni", 0.1),
+                    walls=Walls(noSlip=False), bodyForce=(0.0, -9.81), clampPressure=True)
+    particles = ParticleSet(supports, masses, kinds, domain, spacing=dx,
+                            container=boxContainer(lower, upper, ("-x", "+x", "-y")))
+    sim = scheme.simulation(particles, FluidState(x, v, rho))      # dt: scheme.timeStep
+    sim.run(until=1.0)
+
+`Scheme.rates(particles)` is a rate function of the one signature of the fluids layer,
+``rates(state, neighbours) -> Rates``, so it also drives `rollout` and any stepper.
+
+What a scheme computes per rate evaluation (every piece is one of the library's terms; the
+momentum is the fused Momentum operator, one traversal):
+
+1. **Density.** ``density="summation"``: V_i = 1 / sum_j W_ij over every non-ghost particle
+   (`numberDensityVolumes`), rho_i = m_i / V_i; the state carries no densities.
+   ``density="continuity"``: the state's densities, integrated with
+   drho_i/dt = sum_j m_j (u_i - u_j) . G_ij (`continuityDensityRate`, walls at rest) plus
+   the density diffusion.
+2. **Pressure.** p = EOS(rho) (`Tait` or `Linear`), plus the user's pressure terms, clipped
+   at 0 with ``clampPressure`` (a free surface).
+3. **Walls** (`Walls`): the dummy particles of kind Boundary get the pressure, density and
+   velocity of Adami, Hu & Adams 2012 (`extrapolateWalls`, with the body force as g). Their
+   volumes: see "Wall volumes" below.
+4. **Momentum** (`momentumAcceleration` / `transportVelocityAccelerations`): the
+   inter-particle averaged pressure, the Morris viscosity with mu = rho0 (nu + alpha dx c0
+   / 8) (the artificial viscosity in its Morris form; Monaghan's switch form is a separate
+   edge sum), and with a `TransportVelocity` the transport stress and the background-pressure
+   acceleration; plus the body force and the user's acceleration terms on fluid rows.
+5. **Shifting** (`Shifting`): a shifting velocity -A h U grad C (Lind et al. 2012's
+   concentration gradient, Skillen et al. 2013's coefficient A h U) added to the drift.
+
+Every sum is over the pairs the scheme's ``interaction`` admits (default
+`OperationDirection.FluidQueriesNonGhostReferences`: fluid rows over fluid and wall
+neighbours); wall rows get zero accelerations and density rates, so walls stay in place.
+
+**Wall volumes.** A wall particle's volume is the volume a fluid particle at its place has
+at rest, so a tank at rest is in equilibrium: with a continuity equation the fluid's masses
+are rho(0) dx^d, so its volumes are dx^d and so are the walls' (``Walls.volume``, default
+``spacing ** d``); with summation density the fluid's volume is its number-density volume,
+which m / rho_w reproduces for the walls (uniform masses, rho_w from the wall pressure).
+The alternative, m_w = rho0 dx^d with V_w = m_w / rho_w, leaves the bottom fluid row of a
+tank with a net force of -0.17 g at H/20 and -0.33 g at H/40 (docs/fluids.md).
+
+**Stepper.** Summation density: kick-drift-kick (`transportKickDriftKick` with a transport
+velocity or shifting), one evaluation per step. A continuity equation:
+`predictorCorrector` (two evaluations per step): kick-drift-kick kicks velocity and density
+from one evaluation, which is unstable for the acoustic exchange of a tank at rest
+(`fluids.integrators`, docs/fluids.md "Stable defaults").
+
+**Time step** (`timeStep`): dt = min(0.25 h / (c0 + U), 0.125 h^2 / nu, 0.25 sqrt(h /
+|g|)) with h = the spacing (or ``smoothingLength``), U the expected largest speed, nu the
+laminar plus the artificial viscosity. `simulation` uses it by default and raises for a
+larger dt; its health monitor raises when the time step exceeds 1.5 times the limit of a
+running state.
+
+**Checks** (at construction; the kinds read back once): a scheme with walls whose
+interaction never reads a Boundary reference raises, as does one whose interaction never
+queries a Fluid row; `rates` raises when walls are declared but no particle is of kind
+Boundary, when Boundary particles exist without `Walls`, and when particles of a kind the
+interaction never reads exist (e.g. walls given kind Ghost). User terms returning the wrong
+shape raise, naming the term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..dataTypes.adjacency import AdjacencyList
+from ..dataTypes.domain import DomainDescription
+from ..dataTypes.particleState import ParticleState
+from ..enumTypes import KernelFunctions, OperationDirection, ParticleType, SupportScheme
+from .eos import linearDensity, linearPressure, taitDensity, taitPressure
+from .health import HealthMonitor
+from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector
+from .loop import LoopOptions, Simulation
+from .momentum import momentumAcceleration, transportVelocityAccelerations
+from .neighbours import VerletNeighbours
+from .stabilization import antuonoDensityDiffusion, artificialViscosity, particleShifting
+from .terms import continuityDensityRate, densityDiffusion, numberDensityVolumes
+from .transport import TransportRates, transportKickDriftKick
+from .walls import extrapolateWalls
+
+__all__ = ["Scheme", "ParticleSet", "Tait", "Linear", "Walls", "ArtificialViscosity",
+           "DensityDiffusion", "TransportVelocity", "Shifting", "Term", "TermContext",
+           "hydrostaticStart"]
+
+_DENSITY = ("continuity", "summation")
+_TERM_KINDS = ("acceleration", "pressure", "densityRate")
+
+
+# ---------------------------------------------------------------------------- the pieces
+@dataclass(frozen=True)
+class Tait:
+    """Tait / Cole equation of state p = (rho0 c0^2 / gamma) ((rho / rho0)^gamma - 1) + p_b
+    (`eos.taitPressure`)."""
+
+    gamma: float = 7.0
+    backgroundPressure: float = 0.0
+
+    def pressure(self, rho, rho0, c0):
+        return taitPressure(rho, rho0, c0, self.gamma, self.backgroundPressure)
+
+    def density(self, p, rho0, c0):
+        return taitDensity(p, rho0, c0, self.gamma, self.backgroundPressure)
+
+    def hydrostaticPressure(self, depth, rho0, c0, g):
+        """The exact pressure at `depth` below the free surface of a fluid at rest under
+        gravity g (dp/dz = rho(p) g with p = p_b at the surface): with B = rho0 c0^2 /
+        gamma, p = p_b + B ((1 + (gamma - 1) / gamma rho0 g depth / B)^(gamma / (gamma - 1))
+        - 1)."""
+        gamma = self.gamma
+        B = rho0 * c0 * c0 / gamma
+        w = torch.pow(1.0 + (gamma - 1.0) / gamma * rho0 * g * depth / B, gamma / (gamma - 1.0))
+        return self.backgroundPressure + B * (w - 1.0)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Linear equation of state p = c0^2 (rho - rho0) + p_b (`eos.linearPressure`)."""
+
+    backgroundPressure: float = 0.0
+
+    def pressure(self, rho, rho0, c0):
+        return linearPressure(rho, rho0, c0, self.backgroundPressure)
+
+    def density(self, p, rho0, c0):
+        return linearDensity(p, rho0, c0, self.backgroundPressure)
+
+    def hydrostaticPressure(self, depth, rho0, c0, g):
+        """The exact pressure at `depth` below the free surface of a fluid at rest under
+        gravity g: p = p_b + rho0 c0^2 (exp(g depth / c0^2) - 1)."""
+        return self.backgroundPressure + rho0 * c0 * c0 * torch.expm1(g * depth / (c0 * c0))
+
+
+@dataclass(frozen=True)
+class Walls:
+    """Dummy-particle walls (particles of kind Boundary) of Adami, Hu & Adams 2012.
+
+    Attributes:
+        noSlip: no-slip (u_w = 2 u_wall - utilde_w in the viscous term) or free-slip.
+        velocity: u_wall, ``[d]`` or ``[N, d]`` (only wall rows read; a lid), or None (at
+            rest).
+        accelerations: a_w of the wall pressure, ``[d]`` or ``[N, d]``, or None.
+        volume: the wall particles' volume V_w (a number); None: the module docstring's
+            rule (spacing^d with a continuity equation, m / rho_w with summation density).
+    """
+
+    noSlip: bool = True
+    velocity: object = None
+    accelerations: object = None
+    volume: float | None = None
+
+
+@dataclass(frozen=True)
+class ArtificialViscosity:
+    """Artificial viscosity alpha: ``form="morris"`` adds nu = alpha dx c0 / 8 to the fused
+    momentum's viscosity (Monaghan 2005, 2D; free), ``"monaghan"`` is Monaghan's switch form
+    on approaching pairs (`stabilization.artificialViscosity`, an edge sum)."""
+
+    alpha: float
+    form: str = "morris"
+
+    def __post_init__(self):
+        if self.form not in ("morris", "monaghan"):
+            raise ValueError(f"ArtificialViscosity: form={self.form!r}; accepted: morris, "
+                             "monaghan")
+        _nonNegative("ArtificialViscosity.alpha", self.alpha)
+
+
+_DIFFUSION = ("fourtakas", "molteni", "antuono")
+
+
+@dataclass(frozen=True)
+class DensityDiffusion:
+    """delta-SPH density diffusion with coefficient delta:
+
+    * ``"molteni"``: Molteni & Colagrossi 2009 (`terms.densityDiffusion`), the Brookshaw
+      Laplacian of the densities; it acts on a hydrostatic stratification;
+    * ``"fourtakas"``: the same term of the densities minus their hydrostatic part
+      rho_H = rho0 (g . x) / c0^2 + const (Fourtakas et al. 2019, Comput. Fluids 190:
+      346-361, in its linearised form): zero in a fluid at rest under the body force g;
+      the Molteni term without a body force;
+    * ``"antuono"``: Antuono et al. 2010, renormalized density gradients
+      (`stabilization.antuonoDensityDiffusion`); its renormalization is ill-conditioned at a
+      free surface.
+    """
+
+    kind: str = "fourtakas"
+    delta: float = 0.1
+
+    def __post_init__(self):
+        if self.kind not in _DIFFUSION:
+            raise ValueError(f"DensityDiffusion: kind={self.kind!r}; accepted: "
+                             f"{', '.join(_DIFFUSION)}")
+        _nonNegative("DensityDiffusion.delta", self.delta)
+
+
+@dataclass(frozen=True)
+class TransportVelocity:
+    """The transport-velocity formulation of Adami, Hu & Adams 2013: the particles drift with
+    u~ = u + dt/2 a_b, a_b the background-pressure acceleration of p_b, and the momentum
+    gains the A = rho u (u~ - u) stress. ``backgroundPressure`` p_b: a number or a 0-dim
+    tensor (differentiable); None: rho0 c0^2 (0 keeps the stepper and the stress, with no
+    background pressure)."""
+
+    backgroundPressure: object = None
+
+
+@dataclass(frozen=True)
+class Shifting:
+    """Particle shifting as a drift velocity du = -A h U grad C (the concentration gradient
+    with the anti-clumping term of Lind et al. 2012, `stabilization.particleShifting`, and
+    the coefficient D = A h U dt of Skillen et al. 2013), h the scheme's smoothing length.
+
+    Attributes:
+        speed: U, the reference speed (a number).
+        coefficient: A (Skillen et al. use 1-6).
+    """
+
+    speed: float
+    coefficient: float = 2.0
+
+
+@dataclass(frozen=True)
+class TermContext:
+    """What a user term receives.
+
+    Attributes:
+        state: the `FluidState` of the evaluation.
+        neighbours: its neighbour list.
+        particles: `ParticleState` (positions, supports, masses, kinds, densities): the
+            densities of the fluid; for an acceleration or density-rate term, the wall rows
+            hold the extrapolated wall densities.
+        pressures: ``[N]``: for a pressure term the equation of state's pressures; for the
+            other terms the final pressures (user terms, clip and wall extrapolation
+            included).
+        velocities: ``[N, d]`` (wall rows: the viscous-term wall velocities, except for a
+            pressure term).
+        volumes: ``[N]`` the volumes the momentum uses (None: m / rho).
+        fluid: bool ``[N]``, the fluid rows.
+        domain: the `DomainDescription`.
+        scheme: the `Scheme`.
+    """
+
+    state: FluidState
+    neighbours: AdjacencyList | None
+    particles: ParticleState
+    pressures: torch.Tensor
+    velocities: torch.Tensor
+    volumes: torch.Tensor | None
+    fluid: torch.Tensor
+    domain: DomainDescription
+    scheme: Scheme
+
+
+@dataclass(frozen=True)
+class Term:
+    """A user term: ``fn(context: TermContext) -> tensor`` (a function or a
+    `torch.nn.Module`, whose parameters then receive gradients), added to the
+    ``"acceleration"`` (``[N, d]``), the ``"pressure"`` (``[N]``, before the clip and the wall
+    extrapolation) or the ``"densityRate"`` (``[N]``, with a continuity equation). Only the
+    fluid rows of an acceleration or a density rate are used (walls stay in place)."""
+
+    adds: str
+    fn: Callable
+    name: str | None = None
+
+    def __post_init__(self):
+        if self.adds not in _TERM_KINDS:
+            raise ValueError(f"Term: adds={self.adds!r}; accepted: {', '.join(_TERM_KINDS)}")
+        if not callable(self.fn):
+            raise TypeError(f"Term: fn is a {type(self.fn).__name__}; accepted: a callable "
+                            "or a torch.nn.Module taking a TermContext")
+
+    @property
+    def label(self) -> str:
+        return self.name or getattr(self.fn, "__name__", None) or type(self.fn).__name__
+
+
+@dataclass(frozen=True)
+class ParticleSet:
+    """The fixed per-particle data of a simulation and its geometry.
+
+    Attributes:
+        supports: ``[N]`` compact supports H.
+        masses: ``[N]`` masses (fluid: rho(0) dx^d; walls: rho0 dx^d).
+        kinds: ``[N]`` int32 `ParticleType` codes (Fluid 0, Boundary 1 for walls).
+        domain: `DomainDescription` of the search (periodic axes wrapped).
+        spacing: the particle spacing dx (a number).
+        container: ``(lower [d], upper [d])`` wall faces the fluid must stay inside
+            (`health.boxContainer`), or None: checked by the health monitor.
+    """
+
+    supports: torch.Tensor
+    masses: torch.Tensor
+    kinds: torch.Tensor
+    domain: DomainDescription
+    spacing: float
+    container: tuple | None = None
+
+    def __post_init__(self):
+        n = self.supports.shape[0] if isinstance(self.supports, torch.Tensor) else None
+        for name in ("supports", "masses", "kinds"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] != n:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"ParticleSet: {name} has shape {shape}; accepted: [N] with "
+                                 f"N = {n} (the supports' length)")
+        if self.kinds.dtype != torch.int32:
+            raise TypeError(f"ParticleSet: kinds has dtype {self.kinds.dtype}; accepted: "
+                            "torch.int32 ParticleType codes")
+        if not (isinstance(self.spacing, (int, float)) and self.spacing > 0
+                and math.isfinite(self.spacing)):
+            raise ValueError(f"ParticleSet: spacing={self.spacing!r}; accepted: a positive "
+                             "finite number (dx)")
+
+    @property
+    def dimension(self) -> int:
+        return int(self.domain.min.shape[0])
+
+
+def _nonNegative(name, value):
+    if isinstance(value, (int, float)) and not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name}={value!r}; accepted: a finite number >= 0 (or a tensor)")
+
+
+def _queryAndReferenceKinds(mode: OperationDirection):
+    """(query kinds, reference kinds) of an interaction mode, as sets of ParticleType."""
+    from ..enumTypes import interactionKinds
+
+    return interactionKinds(mode)
+
+
+# ---------------------------------------------------------------------------- the scheme
+@dataclass(frozen=True)
+class Scheme:
+    """The physics of a weakly compressible SPH simulation (module docstring).
+
+    Attributes:
+        rho0: reference density.
+        c0: artificial sound speed (`eos.referenceSoundSpeed`: 10 max(U, sqrt(2 |g| H))).
+        equationOfState: `Tait` or `Linear`.
+        density: ``"continuity"`` (the state carries densities) or ``"summation"``.
+        viscosity: laminar kinematic viscosity nu (Morris), a number or a 0-dim tensor.
+        artificialViscosity: `ArtificialViscosity` or None.
+        densityDiffusion: `DensityDiffusion` or None (continuity only).
+        walls: `Walls` or None.
+        transportVelocity: `TransportVelocity` or None (summation density only).
+        shifting: `Shifting` or None (summation density only).
+        bodyForce: ``[d]`` acceleration on the fluid (also the g of the wall pressure), a
+            sequence or a tensor (differentiable), or None.
+        clampPressure: clip negative pressures to 0 (a free surface).
+        terms: user `Term`s.
+        kernel: `KernelFunctions`.
+        supportMode: `SupportScheme` of the operators.
+        interaction: `OperationDirection` of the fluid's sums (default fluid queries, every
+            non-ghost reference).
+        smoothingLength: h of the diffusion, shifting and time-step formulas (None: the
+            particle spacing).
+        cfl: the acoustic coefficient of `timeStep`.
+    """
+
+    rho0: float
+    c0: float
+    equationOfState: Tait | Linear = field(default_factory=Tait)
+    density: str = "continuity"
+    viscosity: object = 0.0
+    artificialViscosity: ArtificialViscosity | None = None
+    densityDiffusion: DensityDiffusion | None = None
+    walls: Walls | None = None
+    transportVelocity: TransportVelocity | None = None
+    shifting: Shifting | None = None
+    bodyForce: object = None
+    clampPressure: bool = False
+    terms: Sequence[Term] = ()
+    kernel: KernelFunctions = KernelFunctions.Wendland2
+    supportMode: SupportScheme = SupportScheme.Gather
+    interaction: OperationDirection = OperationDirection.FluidQueriesNonGhostReferences
+    smoothingLength: float | None = None
+    cfl: float = 0.25
+
+    def __post_init__(self):
+        for name in ("rho0", "c0", "cfl"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"Scheme: {name}={v!r}; accepted: a positive finite number")
+        if self.density not in _DENSITY:
+            raise ValueError(f"Scheme: density={self.density!r}; accepted: "
+                             f"{', '.join(_DENSITY)}")
+        if not isinstance(self.equationOfState, (Tait, Linear)):
+            raise TypeError(f"Scheme: equationOfState is a "
+                            f"{type(self.equationOfState).__name__}; accepted: Tait or Linear")
+        _nonNegative("Scheme: viscosity", self.viscosity)
+        object.__setattr__(self, "terms", tuple(self.terms))
+        for t in self.terms:
+            if not isinstance(t, Term):
+                raise TypeError(f"Scheme: terms holds a {type(t).__name__}; accepted: Term "
+                                "objects, e.g. Term('acceleration', fn)")
+        object.__setattr__(self, "interaction", OperationDirection(self.interaction))
+        object.__setattr__(self, "kernel", KernelFunctions(self.kernel))
+        object.__setattr__(self, "supportMode", SupportScheme(self.supportMode))
+        summation = self.density == "summation"
+        if summation and self.densityDiffusion is not None:
+            raise ValueError("Scheme: densityDiffusion acts on integrated densities; accepted "
+                             "with density='continuity' only")
+        if summation and any(t.adds == "densityRate" for t in self.terms):
+            raise ValueError("Scheme: a densityRate term needs density='continuity'")
+        if not summation and (self.transportVelocity is not None or self.shifting is not None):
+            raise ValueError("Scheme: a transport velocity or shifting is stepped by "
+                             "transport kick-drift-kick, which is unstable with a continuity "
+                             "equation (docs/fluids.md, 'Stable defaults'); accepted with "
+                             "density='summation' only")
+        queries, references = _queryAndReferenceKinds(self.interaction)
+        if ParticleType.Fluid not in queries:
+            raise ValueError(f"Scheme: interaction {self.interaction.name} never queries a "
+                             "Fluid row, so no fluid particle would move; accepted: a mode "
+                             "whose queries include Fluid (default "
+                             "FluidQueriesNonGhostReferences)")
+        if self.walls is not None and ParticleType.Boundary not in references:
+            raise ValueError(f"Scheme: walls are declared but the interaction "
+                             f"{self.interaction.name} never reads a Boundary reference, so "
+                             "the fluid would not see them; accepted: a mode whose references "
+                             "include Boundary, e.g. FluidQueriesNonGhostReferences")
+
+    # -- derived constants -----------------------------------------------------------------
+    @property
+    def stepper(self):
+        """The stepper of the scheme (module docstring)."""
+        if self.transportVelocity is not None or self.shifting is not None:
+            return transportKickDriftKick
+        return kickDriftKick if self.density == "summation" else predictorCorrector
+
+    def _h(self, particles: ParticleSet) -> float:
+        return float(particles.spacing if self.smoothingLength is None
+                     else self.smoothingLength)
+
+    def _nuTotal(self, particles: ParticleSet):
+        nu = self.viscosity
+        av = self.artificialViscosity
+        if av is not None and av.form == "morris":
+            nu = nu + av.alpha * particles.spacing * self.c0 / 8.0
+        return nu
+
+    def _gravity(self) -> float:
+        g = self.bodyForce
+        if g is None:
+            return 0.0
+        t = torch.as_tensor(g, dtype=torch.float64).detach()
+        return float(torch.linalg.vector_norm(t))
+
+    def timeStep(self, particles: ParticleSet, maxSpeed: float = 0.0) -> float:
+        """The stable time step (module docstring) for the expected largest speed
+        `maxSpeed`, a Python number (no device work).
+
+        Args:
+            particles: the `ParticleSet` (its spacing).
+            maxSpeed: U, the largest speed expected in the run.
+
+        Returns:
+            dt.
+        """
+        h = self._h(particles)
+        dt = self.cfl * h / (self.c0 + float(maxSpeed))
+        nu = self._nuTotal(particles)
+        nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
+        if nu > 0:
+            dt = min(dt, 0.125 * h * h / nu)
+        g = self._gravity()
+        if g > 0:
+            dt = min(dt, 0.25 * math.sqrt(h / g))
+        return dt
+
+    def timeStepLimit(self, particles: ParticleSet) -> Callable:
+        """``limit(state) -> 0-dim tensor``: the stable time step of a state (its largest
+        speed as U), on the device; for `HealthMonitor`."""
+        h = self._h(particles)
+        nu = self._nuTotal(particles)
+        nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
+        g = self._gravity()
+        cfl, c0 = self.cfl, self.c0
+
+        def limit(state):
+            v = state.velocities.detach()
+            speed = torch.linalg.vector_norm(v, dim=1).amax() if v.shape[0] else \
+                torch.zeros((), dtype=v.dtype, device=v.device)
+            dt = cfl * h / (c0 + speed)
+            if nu > 0:
+                dt = torch.clamp(dt, max=0.125 * h * h / nu)
+            if g > 0:
+                dt = torch.clamp(dt, max=0.25 * math.sqrt(h / g))
+            return dt
+
+        return limit
+
+    # -- construction checks ---------------------------------------------------------------
+    def checkKinds(self, particles: ParticleSet) -> None:
+        """Raise when the particle kinds do not fit the scheme (module docstring, "Checks").
+        Reads the kinds back once."""
+        kinds = particles.kinds
+        values, counts = torch.unique(kinds.detach().cpu(), return_counts=True)
+        present = {int(v): int(c) for v, c in zip(values, counts)}
+        names = {int(k): k.name for k in ParticleType}
+        unknown = {k: c for k, c in present.items() if k not in names}
+        if unknown:
+            raise ValueError(f"Scheme: kinds holds codes {sorted(unknown)} that are not "
+                             f"ParticleType values; accepted: "
+                             f"{', '.join(f'{k.name} ({int(k)})' for k in ParticleType)}")
+        nWalls = present.get(int(ParticleType.Boundary), 0)
+        if present.get(int(ParticleType.Fluid), 0) == 0:
+            raise ValueError("Scheme: no particle is of kind Fluid; the fluid's kind code is "
+                             f"{int(ParticleType.Fluid)}")
+        if self.walls is not None and nWalls == 0:
+            others = ", ".join(f"{c} of kind {names[k]}" for k, c in present.items()
+                               if k != int(ParticleType.Fluid))
+            raise ValueError("Scheme: walls are declared but no particle is of kind Boundary "
+                             f"({int(ParticleType.Boundary)}); the particles are "
+                             f"{present.get(0, 0)} Fluid" + (f", {others}" if others else "")
+                             + ". Give the wall particles kind ParticleType.Boundary")
+        if self.walls is None and nWalls:
+            raise ValueError(f"Scheme: {nWalls} particles are of kind Boundary but the scheme "
+                             "declares no walls, so they would be treated as fluid references "
+                             "without extrapolated pressures; pass walls=Walls(...)")
+        _, references = _queryAndReferenceKinds(self.interaction)
+        ignored = {k: c for k, c in present.items()
+                   if k != int(ParticleType.Fluid) and ParticleType(k) not in references}
+        if ignored:
+            what = ", ".join(f"{c} particles of kind {names[k]}" for k, c in ignored.items())
+            raise ValueError(f"Scheme: {what} are never read by the interaction "
+                             f"{self.interaction.name}, so the fluid would pass through them; "
+                             "walls are ParticleType.Boundary")
+
+    # -- the rate function -----------------------------------------------------------------
+    def rates(self, particles: ParticleSet) -> Callable:
+        """The rate function ``rates(state, neighbours) -> Rates`` (`TransportRates` with
+        a transport velocity or shifting) of this scheme on `particles` (module docstring).
+        Checks the kinds once (`checkKinds`)."""
+        self.checkKinds(particles)
+        if self.density == "summation":
+            return self._summationRates(particles)
+        return self._continuityRates(particles)
+
+    def _common(self, particles: ParticleSet):
+        H, m, kinds, domain = (particles.supports, particles.masses, particles.kinds,
+                               particles.domain)
+        isWall = kinds == int(ParticleType.Boundary)
+        isFluid = kinds == int(ParticleType.Fluid)
+        return H, m, kinds, domain, isWall, isFluid
+
+    def _bodyForce(self, like: torch.Tensor):
+        if self.bodyForce is None:
+            return None
+        return torch.as_tensor(self.bodyForce, dtype=like.dtype, device=like.device)
+
+    def _applyTerms(self, kind: str, value, context_fn, isFluid, shape):
+        for term in self.terms:
+            if term.adds != kind:
+                continue
+            out = term.fn(context_fn())
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape):
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(f"Scheme: the {kind} term {term.label!r} returned {got}; "
+                                 f"accepted: {tuple(shape)}")
+            if kind == "pressure":
+                value = value + out
+            else:
+                mask = isFluid if out.dim() == 1 else isFluid[:, None]
+                value = value + torch.where(mask, out, torch.zeros_like(out))
+        return value
+
+    def _shift(self, particles, P, domain, adjacency, V):
+        s = self.shifting
+        h = self._h(particles)
+        return particleShifting(P, domain, adjacency, particles.spacing, h,
+                                diffusionCoefficient=s.coefficient * h * s.speed, volumes=V,
+                                kernel=self.kernel, supportMode=self.supportMode,
+                                operationMode=self.interaction)
+
+    def _summationRates(self, particles: ParticleSet):
+        H, m, kinds, domain, isWall, isFluid = self._common(particles)
+        rho0, c0, eos, kernel = self.rho0, self.c0, self.equationOfState, self.kernel
+        walls, tv = self.walls, self.transportVelocity
+        mu = rho0 * self.viscosity
+        av = self.artificialViscosity
+        if av is not None and av.form == "morris":
+            mu = mu + rho0 * av.alpha * particles.spacing * c0 / 8.0
+        transport = tv is not None or self.shifting is not None
+        pb = 0.0 if tv is None else (rho0 * c0**2 if tv.backgroundPressure is None
+                                     else tv.backgroundPressure)
+        wallVolume = None if walls is None else walls.volume
+        kw = dict(kernel=kernel, supportMode=self.supportMode)
+
+        def densityOfPressure(p):
+            return eos.density(p, rho0, c0)
+
+        def rates(state, adjacency):
+            x, u = state.positions, state.velocities
+            V = numberDensityVolumes(ParticleState(x, H, m, kinds), domain, adjacency, kernel,
+                                     self.supportMode)
+            rho = m / V
+            P = ParticleState(x, H, m, kinds, rho)
+            p = eos.pressure(rho, rho0, c0)
+            p = self._applyTerms("pressure", p, lambda: TermContext(
+                state, adjacency, P, p, u, V, isFluid, domain, self), isFluid, p.shape)
+            if self.clampPressure:
+                p = p.clamp(min=0.0)
+            ut = getattr(state, "transportVelocities", None)
+            ut = u if ut is None else ut
+            g = self._bodyForce(x)
+            if walls is not None:
+                gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None \
+                    else g
+                w = extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
+                                     densityOfPressure=densityOfPressure,
+                                     wallVelocity=walls.velocity,
+                                     wallAccelerations=walls.accelerations,
+                                     noSlip=walls.noSlip, **kw)
+                V = torch.where(isWall, m / w.densities if wallVolume is None
+                                else torch.full_like(V, wallVolume), V)
+                ut = torch.where(isWall[:, None], w.velocities, ut)
+                P, p, u = ParticleState(x, H, m, kinds, w.densities), w.pressures, w.velocities
+            a, ab = transportVelocityAccelerations(
+                P, p, u, domain, adjacency, backgroundPressure=pb, dynamicViscosity=mu,
+                transportVelocities=ut, volumes=V, operationMode=self.interaction, **kw)
+            if g is not None:
+                a = a + torch.where(isFluid[:, None], g, 0.0)
+            if av is not None and av.form == "monaghan" and av.alpha > 0:
+                a = a + artificialViscosity(P, u, domain, adjacency, c0, alpha=av.alpha,
+                                            smoothingLength=self._h(particles),
+                                            operationMode=self.interaction, **kw)
+            a = self._applyTerms("acceleration", a, lambda: TermContext(
+                state, adjacency, P, p, u, V, isFluid, domain, self), isFluid, a.shape)
+            if not transport:
+                return Rates(a, None)
+            shift = None if self.shifting is None else self._shift(particles, P, domain,
+                                                                   adjacency, V)
+            return TransportRates(a, None, ab, shift)
+
+        return rates
+
+    def _continuityRates(self, particles: ParticleSet):
+        H, m, kinds, domain, isWall, isFluid = self._common(particles)
+        rho0, c0, eos, kernel = self.rho0, self.c0, self.equationOfState, self.kernel
+        walls, dd, av = self.walls, self.densityDiffusion, self.artificialViscosity
+        mu = rho0 * self.viscosity
+        if av is not None and av.form == "morris":
+            mu = mu + rho0 * av.alpha * particles.spacing * c0 / 8.0
+        d = particles.dimension
+        wallVolume = None if walls is None else (
+            particles.spacing ** d if walls.volume is None else walls.volume)
+        h = self._h(particles)
+        kw = dict(kernel=kernel, supportMode=self.supportMode, operationMode=self.interaction)
+
+        def densityOfPressure(p):
+            return eos.density(p, rho0, c0)
+
+        def rates(state, adjacency):
+            x, u, rho = state.positions, state.velocities, state.densities
+            P = ParticleState(x, H, m, kinds, rho)
+            p = eos.pressure(rho, rho0, c0)
+            p = self._applyTerms("pressure", p, lambda: TermContext(
+                state, adjacency, P, p, u, None, isFluid, domain, self), isFluid, p.shape)
+            if self.clampPressure:
+                p = p.clamp(min=0.0)
+            g = self._bodyForce(x)
+            V = None
+            uw = u
+            if walls is not None:
+                gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None \
+                    else g
+                w = extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
+                                     densityOfPressure=densityOfPressure,
+                                     wallVelocity=walls.velocity,
+                                     wallAccelerations=walls.accelerations,
+                                     noSlip=walls.noSlip, kernel=kernel,
+                                     supportMode=self.supportMode)
+                P, p, uw = ParticleState(x, H, m, kinds, w.densities), w.pressures, w.velocities
+                V = torch.where(isWall, torch.full_like(p, wallVolume), m / w.densities)
+            acc = momentumAcceleration(P, p, uw, domain, adjacency, dynamicViscosity=mu,
+                                       volumes=V, **kw)
+            if g is not None:
+                acc = acc + torch.where(isFluid[:, None], g, 0.0)
+            if av is not None and av.form == "monaghan" and av.alpha > 0:
+                acc = acc + artificialViscosity(P, uw, domain, adjacency, c0, alpha=av.alpha,
+                                                smoothingLength=h, **kw)
+            context = lambda: TermContext(  # noqa: E731
+                state, adjacency, P, p, uw, V, isFluid, domain, self)
+            acc = self._applyTerms("acceleration", acc, context, isFluid, acc.shape)
+            drho = continuityDensityRate(P, u, domain, adjacency, **kw)  # walls at rest
+            if dd is not None and dd.kind == "antuono":
+                drho = drho + antuonoDensityDiffusion(P, domain, adjacency, dd.delta, h, c0,
+                                                      **kw)
+            elif dd is not None:
+                values = None
+                if dd.kind == "fourtakas" and g is not None:
+                    values = P.densities - (rho0 / (c0 * c0)) * (x @ g)
+                drho = drho + densityDiffusion(P, domain, adjacency, dd.delta, h, c0, **kw,
+                                               values=values)
+            drho = self._applyTerms("densityRate", drho, context, isFluid, drho.shape)
+            return Rates(acc, drho)
+
+        return rates
+
+    # -- assembling a run ------------------------------------------------------------------
+    def monitor(self, particles: ParticleSet, dt=None, *, every: int = 1,
+                **actions) -> HealthMonitor:
+        """The `HealthMonitor` of a run of this scheme: non-finite fields, particles leaving
+        the domain or the container, and the time step against `timeStepLimit` (raising
+        above 1.5 times the limit of a running state).
+
+        Args:
+            particles: the `ParticleSet`.
+            dt: the run's time step (set by `Simulation` when None).
+            every: check every k-th rate evaluation.
+            **actions: the checks' actions (`HealthMonitor`).
+        """
+        return HealthMonitor(domain=particles.domain, kinds=particles.kinds,
+                             container=particles.container,
+                             timeStepLimit=self.timeStepLimit(particles),
+                             timeStepTolerance=1.5, dt=dt,
+                             every=every, **actions)
+
+    def neighbours(self, particles: ParticleSet, skin: float = 0.1, *, wrap: bool = True,
+                   monitor=None) -> VerletNeighbours:
+        """The `VerletNeighbours` policy of a run (for `rollout`; `Simulation` builds the
+        same from its `LoopOptions`)."""
+        return VerletNeighbours(particles.domain, particles.supports, skin, self.supportMode,
+                                wrap=wrap, monitor=monitor)
+
+    def simulation(self, particles: ParticleSet, state: FluidState, dt=None, *,
+                   maxSpeed: float = 0.0, options: LoopOptions | None = None,
+                   monitor=None, stepper=None, **kwargs) -> Simulation:
+        """A `Simulation` of this scheme: its rates, stepper, time step and health monitor.
+
+        Args:
+            particles: the `ParticleSet`.
+            state: the initial `FluidState` (densities exactly when ``density`` is
+                continuity).
+            dt: the time step; None: `timeStep` (``maxSpeed``). A Python number above
+                `timeStep` raises (a tensor is the caller's to keep stable; the monitor
+                still checks it while running).
+            maxSpeed: the expected largest speed U of `timeStep`.
+            options: `LoopOptions` (its ``supportMode`` is the scheme's).
+            monitor: a `HealthMonitor`, or None: `monitor` with ``options.checkEvery``.
+            stepper: another stepper than the scheme's (`stepper`), or None.
+            **kwargs: the other keyword arguments of `Simulation` (out, writer,
+                frameFields).
+
+        Returns:
+            The `Simulation`.
+        """
+        if (state.densities is None) != (self.density == "summation"):
+            raise ValueError(f"Scheme.simulation: the state carries "
+                             f"{'no ' if state.densities is None else ''}densities but the "
+                             f"scheme's density is {self.density!r}; accepted: densities "
+                             "exactly with density='continuity'")
+        limit = self.timeStep(particles, maxSpeed)
+        if dt is None:
+            dt = limit
+        elif not isinstance(dt, torch.Tensor) and dt > limit * (1.0 + 1e-9):
+            raise ValueError(f"Scheme.simulation: dt={dt!r} is above this scheme's stable "
+                             f"time step {limit:.6g} ({dt / limit:.3g} times it; acoustic "
+                             f"{self.cfl} h / (c0 + U) with h = {self._h(particles):.6g}, "
+                             f"c0 = {self.c0:.6g}, U = {maxSpeed:.6g}, and the viscous and "
+                             "body-force limits); an explicit step beyond it gives finite "
+                             "garbage. Use dt <= Scheme.timeStep(particles, maxSpeed)")
+        options = LoopOptions() if options is None else options
+        options = dataclasses.replace(options, supportMode=self.supportMode)
+        if monitor is None and options.checkEvery:
+            monitor = self.monitor(particles, dt, every=options.checkEvery)
+        return Simulation(state, self.rates(particles), particles.domain, particles.supports,
+                          dt, stepper=self.stepper if stepper is None else stepper,
+                          options=options, monitor=monitor,
+                          **kwargs)
+
+
+def hydrostaticStart(scheme: Scheme, positions: torch.Tensor, kinds: torch.Tensor,
+                     spacing: float, surface: float, axis: int = -1):
+    """The start of a fluid at rest under ``scheme.bodyForce`` with its free surface at
+    ``surface`` along `axis`: the exact hydrostatic pressure of the scheme's equation of
+    state at each fluid particle's depth (`Tait.hydrostaticPressure`; rho0 g depth to first
+    order), 0 on the other rows, the densities of those pressures, masses rho dx^d on fluid
+    rows and rho0 dx^d on the others.
+
+    Args:
+        scheme: the `Scheme` (rho0, c0, equation of state, body force).
+        positions: ``[N, d]``.
+        kinds: ``[N]`` int32.
+        spacing: dx.
+        surface: the height of the free surface along `axis`.
+        axis: the vertical axis (default the last).
+
+    Returns:
+        ``(densities [N], masses [N], pressures [N])``.
+    """
+    g = scheme._gravity()
+    eos = scheme.equationOfState
+    fluid = kinds == int(ParticleType.Fluid)
+    depth = surface - positions[:, axis]
+    p = torch.where(fluid, eos.hydrostaticPressure(depth, scheme.rho0, scheme.c0, g),
+                    torch.zeros_like(depth))
+    rho = eos.density(p, scheme.rho0, scheme.c0)
+    volume = float(spacing) ** positions.shape[1]
+    m = torch.where(fluid, rho, torch.full_like(rho, scheme.rho0)) * volume
+    return rho, m, p
