@@ -15,6 +15,8 @@ writes ``results.json`` and figures into the folder `out` and returns the result
                 (`cases.dambreak`)
 ``hydrostatic``  a tank at rest: hydrostatic pressure, no motion, no leak
                  (`cases.hydrostatic`)
+``beltrami``    3D Arnold-Beltrami-Childress flow, Re = 10, periodic 2 pi box, decaying
+                to half its kinetic energy, transport-velocity scheme (`cases.beltrami`)
 ==============  ==================================================================
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cavity, dambreak, hydrostatic, poiseuille, tgv
+from . import beltrami, cavity, dambreak, hydrostatic, poiseuille, tgv
 from .transport import TransportRates, TransportState, transportKickDriftKick
 
 __all__ = ["Case", "CASES", "TransportRates", "TransportState", "transportKickDriftKick"]
@@ -54,4 +56,7 @@ CASES = {
     "dambreak": Case("dambreak", dambreak.DamBreakConfig, dambreak.run,
                      "2D dam break (Martin & Moyce 1952, n^2 = 2), Adami walls, surge front "
                      "vs experiment"),
+    "beltrami": Case("beltrami", beltrami.BeltramiConfig, beltrami.run,
+                     "3D Arnold-Beltrami-Childress flow (A = B = C = 1, k = 1), Re = 10, "
+                     "decay to half the kinetic energy, transport velocity"),
 }

@@ -38,13 +38,14 @@ def torchThreads(threads: int):
 
 
 def caseSimulation(config, out, writer, quiet: bool, scheme: Scheme, particles: ParticleSet,
-                   state, dt, *, wrap: bool = True, frameFields=None,
+                   state, dt, *, maxSpeed: float = 0.0, wrap: bool = True, frameFields=None,
                    stepper=None) -> Simulation:
     """The `Simulation` of a case: `scheme` on `particles` (`Scheme.simulation`: its rates,
-    stepper and health monitor) with the time step `dt`, the config's Verlet skin and frame
+    stepper and health monitor) with the time step `dt` (checked against the scheme's limit
+    for the case's largest expected speed `maxSpeed`), the config's Verlet skin and frame
     interval (frames in ``out/frames``), a progress bar unless `quiet`."""
     options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
                           wrap=wrap)
-    return scheme.simulation(particles, state, dt, options=options,
+    return scheme.simulation(particles, state, dt, maxSpeed=maxSpeed, options=options,
                              out=out / "frames" if config.frames else None, writer=writer,
                              frameFields=frameFields, stepper=stepper)

@@ -82,7 +82,8 @@ class CavityConfig:
     t: float = option(10.0, "end time (L / U)")
     re: float = option(100.0, "Reynolds number U L / nu")
     support: float = option(3.0, "support H in particle spacings")
-    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
+    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2) of the transport velocity "
+                          "(0: the transport stepper without a background pressure)")
     average: float = option(1.0, "time window at the end of the run over which the centre-line "
                                "velocities are averaged (0: the final state only; at most t)")
     checks: int = option(10, "centre-line error evaluations over the run (convergence history)")
@@ -246,7 +247,8 @@ def _run(config: CavityConfig, out, writer, quiet: bool) -> dict:
     case = setup(config)
     nf, H, lid = case.fluid, case.supports, case.lidVelocity
     sim = caseSimulation(config, out, writer, quiet, cavityScheme(case), cavityParticles(case),
-                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt)
+                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt,
+                         maxSpeed=1.0)
     probes, component, reference = _probes(case.positions)
     rows = torch.arange(probes.shape[0], device=probes.device)
 

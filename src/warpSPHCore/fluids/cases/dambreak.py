@@ -390,7 +390,8 @@ def _run(config: DamBreakConfig, out: Path, writer, quiet: bool) -> dict:
 
     sim = caseSimulation(config, out, writer, quiet, case.scheme, case.particles,
                          FluidState(case.positions, case.velocities, case.densities), case.dt,
-                         wrap=False, frameFields=pressures)
+                         maxSpeed=2.0 * math.sqrt(config.g * 2.0 * config.a), wrap=False,
+                         frameFields=pressures)
 
     def front(s):
         return s.positions[:nf, 0].amax()

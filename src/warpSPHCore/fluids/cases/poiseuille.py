@@ -81,8 +81,8 @@ class PoiseuilleConfig:
     t: float = option(1.0, "end time (L^2 / nu at Re = 1)")
     re: float = option(1.0, "Reynolds number u_max L / nu")
     support: float = option(3.0, "support H in particle spacings")
-    pb: float = option(0.0, "background pressure p_b / (rho0 c0^2); 0: plain momentum, no "
-                          "transport velocity")
+    pb: float = option(0.0, "background pressure p_b / (rho0 c0^2) of the transport velocity "
+                          "(0: the plain momentum, the particles moving with u)")
     snapshots: str = option("0.05,0.1,0.2,0.4", "comma-separated times of the transient "
                                               "profiles compared with the series")
     skin: float = option(0.1, "Verlet skin as a fraction of the support")
@@ -331,7 +331,8 @@ def _run(config: PoiseuilleConfig, out, writer, quiet: bool) -> dict:
     nf, dx = case.fluid, case.dx
     sim = caseSimulation(config, out, writer, quiet, poiseuilleScheme(case),
                          poiseuilleParticles(case),
-                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt)
+                         FluidState(case.positions, torch.zeros_like(case.positions)), case.dt,
+                         maxSpeed=1.0)
     snapshotSteps = {}
     for s in _times(config.snapshots):
         k = round(s / case.dt) if case.dt else 0

@@ -63,7 +63,8 @@ class TaylorGreenConfig:
     t: float = option(1.0, "end time")
     relax: int = option(600, "relaxation steps of the start (0: lattice)")
     support: float = option(4.0, "support H in particle spacings")
-    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2); 0: no transport velocity")
+    pb: float = option(1.0, "background pressure p_b / (rho0 c0^2) of the transport velocity "
+                          "(0: the transport stepper without a background pressure)")
     re: float = option(100.0, "Reynolds number U L / nu")
     u: float = option(1.0, "velocity amplitude U")
     jitter: float = option(0.5, "jitter of the relaxation start, in dx")
@@ -257,7 +258,7 @@ def _run(config: TaylorGreenConfig, out: Path, writer, quiet: bool) -> dict:
     m, U, M = case.masses, config.u, float(case.masses.sum())
     sim = caseSimulation(config, out, writer, quiet, taylorGreenScheme(case),
                          taylorGreenParticles(case), FluidState(case.positions, case.velocities),
-                         case.dt)
+                         case.dt, maxSpeed=config.u)
 
     def kinetic(v):
         return 0.5 * (m[:, None] * v**2).sum()
