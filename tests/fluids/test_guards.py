@@ -157,6 +157,8 @@ def test_leaving_the_domain_and_crossing_a_wall_are_reported():
     assert "particle 5 (Fluid)" in text and "outside the domain" in text
     checks = {e.check: e for e in sim.monitor.events}
     assert checks["wallCrossing"].particle == 3 and checks["leavingDomain"].particle == 5
+    assert checks["wallCrossing"].distance == pytest.approx(0.02)
+    assert checks["leavingDomain"].distance == pytest.approx(0.5)
 
 
 def test_monitor_flags_cost_no_readback_until_one_is_set():

@@ -51,7 +51,9 @@ def _case(d, periodic, n=40, seed=5, dtype=F64):
 
 def _numpyWalls(p, dom, pressures, velocities, gravity, wallAccelerations, wallVelocity,
                 noSlip=True):
-    """Adami et al. 2012, explicit pair loop over wall w (kind 1) and fluid f (kind 0)."""
+    """Adami et al. 2012, explicit pair loop over wall w (kind 1) and fluid f (kind 0); the
+    no-slip velocity does not mirror the normal part while the fluid leaves the wall (n: minus
+    the kernel-weighted direction to the fluid)."""
     lo, hi, per = ref._domainArrays(dom)
     pos = ref._np(p.positions)
     N, d = pos.shape
@@ -65,7 +67,7 @@ def _numpyWalls(p, dom, pressures, velocities, gravity, wallAccelerations, wallV
     for w in range(N):
         if kinds[w] != 1:
             continue
-        s, sp, sr, su = 0.0, 0.0, np.zeros(d), np.zeros(d)
+        s, sp, sr, su, sn = 0.0, 0.0, np.zeros(d), np.zeros(d), np.zeros(d)
         for f in range(N):
             if kinds[f] != 0:
                 continue
@@ -73,10 +75,13 @@ def _numpyWalls(p, dom, pressures, velocities, gravity, wallAccelerations, wallV
             sp += pp[f] * W[w, f]
             sr += rho[f] * x[w, f] * W[w, f]
             su += uu[f] * W[w, f]
+            sn += x[w, f] * W[w, f]
         P[w] = (sp + np.dot(g - aw[w], sr)) / s if s > 0 else 0.0
         R[w] = RHO0 * (1.0 + 7.0 * P[w] / (RHO0 * C0**2)) ** (1.0 / 7.0)
         ut = su / s if s > 0 else np.zeros(d)
-        U[w] = 2.0 * uw[w] - ut if noSlip else ut
+        n = -sn / np.linalg.norm(sn) if np.linalg.norm(sn) > 0 else np.zeros(d)
+        leaving = max(np.dot(ut - uw[w], n), 0.0)
+        U[w] = 2.0 * uw[w] - ut + 2.0 * leaving * n if noSlip else ut
     return P, R, U
 
 
@@ -179,12 +184,25 @@ def test_wall_velocities_moving_walls_and_lid():
     u = wallVelocities(p, uniform, dom, adj, noSlip=False, kernel=KERNEL)
     torch.testing.assert_close(u[near], uniform[near], rtol=0, atol=1e-14)
     assert float(u[isWall & ~near].abs().max()) == 0.0
-    # a lid (y > 0.5) moving at (1, 0) over fluid at rest: u_w = 2 u_lid, other walls 0
+    # a lid (y > 0.5) moving at (1, 0) over fluid at rest: u_w = 2 u_lid where the lid is
+    # flat (the centre column: its normal is vertical, the relative velocity tangential),
+    # the other walls 0
     lid = isWall & (p.positions[:, 1] > 0.5)
     uLid = torch.where(lid[:, None], torch.tensor([1.0, 0.0], dtype=F64), 0.0)
     rest = torch.zeros(N, 2, dtype=F64)
     u = wallVelocities(p, rest, dom, adj, wallVelocity=uLid, kernel=KERNEL)
-    assert torch.equal(u, 2.0 * uLid)
+    centre = lid & ((p.positions[:, 0] - 0.25).abs() < 1e-9)
+    assert int(centre.sum()) == 2
+    torch.testing.assert_close(u[centre], 2.0 * uLid[centre], rtol=0, atol=1e-14)
+    assert float(u[~lid].abs().max()) == 0.0
+    # a leaving fluid is not pulled into the wall: the floor's normal part is not mirrored
+    floor = isWall & (p.positions[:, 1] < 0.0) & ((p.positions[:, 0] - 0.25).abs() < 1e-9)
+    up = torch.tensor([0.2, 1.0], dtype=F64).expand(N, 2)
+    leave = wallVelocities(p, up, dom, adj, kernel=KERNEL)
+    torch.testing.assert_close(leave[floor], torch.tensor([-0.2, 1.0], dtype=F64).expand(
+        int(floor.sum()), 2), rtol=0, atol=1e-12)
+    approach = wallVelocities(p, -up, dom, adj, kernel=KERNEL)  # mirrored, as Adami's
+    torch.testing.assert_close(approach[floor], up[floor], rtol=0, atol=1e-12)
     s = extrapolateWalls(p, torch.zeros(N, dtype=F64), rest, dom, adj, gravity=(0.0, 0.0),
                          densityOfPressure=_inverse, wallVelocity=uLid, kernel=KERNEL)
     assert torch.equal(s.velocities, u) and torch.equal(s.densities,

@@ -57,14 +57,16 @@ class SimulationHealthWarning(UserWarning):
 
 @dataclass(frozen=True)
 class HealthEvent:
-    """One failed check: its name, the time, the first particle, how many particles, and
-    the message."""
+    """One failed check: its name, the time, the first particle, how many particles, the
+    message, and for a wall crossing or a particle leaving the domain the largest distance
+    beyond the face (NaN for the other checks)."""
 
     check: str
     time: float
     particle: int
     count: int
     message: str
+    distance: float = math.nan
 
 
 def _kindName(kinds, i: int) -> str:
@@ -258,16 +260,20 @@ class HealthMonitor:
                         f"{float(x[k] - hi[k]):.3g})"
                 break
         count = rows.numel()
+        xs = state.positions.detach()[rows].cpu().double()
+        beyond = torch.where(axes, torch.maximum(lo - xs, xs - hi), torch.zeros_like(xs))
+        distance = float(beyond.clamp(min=0.0).amax())
         self._act(check, t, i, count,
                   f"at t = {t:.6g}: particle {i}{_kindName(self.kinds, i)} at "
                   f"{_values(state.positions, i)} is {what}{where}; {count} "
-                  f"particle{'s' if count != 1 else ''} affected")
+                  f"particle{'s' if count != 1 else ''} affected", distance)
 
-    def _act(self, check: str, t: float, particle: int, count: int, message: str) -> None:
+    def _act(self, check: str, t: float, particle: int, count: int, message: str,
+             distance: float = math.nan) -> None:
         action = self.actions[check]
         if action == "raise":
             raise SimulationHealthError(f"simulation health check ({check}) failed " + message)
-        self.events.append(HealthEvent(check, t, particle, count, message))
+        self.events.append(HealthEvent(check, t, particle, count, message, distance))
         if check not in self._warned:
             self._warned.add(check)
             warnings.warn(f"simulation health check ({check}): {message} (reported once; "

@@ -13,9 +13,22 @@ pressure           p_w = (sum_f p_f W_wf + (g - a_w) . sum_f rho_f r_wf W_wf) / 
 density            rho_w = rho(p_w) through a given inverse equation of state (e.g.
                    ``lambda p: taitDensity(p, rho0, c0)``)
 velocity           utilde_w = sum_f u_f W_wf / sum_f W_wf (0 without fluid neighbours);
-                   no-slip: u_w = 2 u_wall - utilde_w (the velocity for the viscous term,
-                   eq. 22-23); free-slip: u_w = utilde_w (no shear from the wall)
+                   no-slip: u_w = 2 u_wall - utilde_w + 2 max(s_w, 0) n_w with
+                   s_w = (utilde_w - u_wall) . n_w (the velocity for the viscous term,
+                   eq. 22-23, whose normal part is not mirrored while the fluid leaves the
+                   wall); free-slip: u_w = utilde_w (no shear from the wall)
 =================  ========================================================================
+
+**No-slip does not pull a leaving fluid into the wall.** n_w is the unit normal into the
+fluid, minus the kernel-weighted direction from the wall particle to its fluid neighbours
+(-sum_f r_wf W_wf normalised). Adami et al. mirror the whole velocity. While the fluid
+approaches the wall (s_w < 0) that is kept: the mirrored normal velocity resists
+penetration. While it leaves (s_w > 0, relative to the wall's own motion), a mirrored
+normal velocity points into the wall and
+the viscous term pulls the leaving particles back into it, which the wall pressure cannot
+resist where the pressure is clipped at a free surface: a no-slip dam break lost fluid
+particles through its side wall that way (the upper column leaving the wall as it
+collapses), in 2D and 3D. There the normal part keeps the fluid's own value, s_w n_w.
 
 Only the wall rows are replaced: the returned ``[N]`` / ``[N, d]`` tensors keep the fluid's
 own pressures, densities and velocities in every other row, so the momentum and continuity
@@ -128,9 +141,9 @@ def wallFluidEdges(adjacency: AdjacencyList, kinds: torch.Tensor):
 
 
 def _wallSums(particles, domain, adjacency, kernel, supportMode):
-    """(W_wf [E_wf], i, j, 1 / sum_f W_wf [N] or 0, is-wall [N]) over the wall-fluid edges,
-    under BoundaryQueriesFluidReferences: one kernel evaluation shared by the pressure and
-    velocity extrapolations."""
+    """(W_wf [E_wf], i, j, 1 / sum_f W_wf [N] or 0, is-wall [N], r_wf [E_wf, d]) over the
+    wall-fluid edges, under BoundaryQueriesFluidReferences: one kernel evaluation and one
+    set of pair vectors shared by the pressure and velocity extrapolations."""
     adj = wallFluidEdges(_edgeList(adjacency, "walls"), particles.kinds)
     props = OperationProperties(
         kernel, supportMode=supportMode,
@@ -139,7 +152,8 @@ def _wallSums(particles, domain, adjacency, kernel, supportMode):
     S = torch.zeros_like(particles.positions[:, 0]).index_add(0, adj.i, W)
     positive = S > 0  # 0 (not inf) for a wall particle without fluid neighbours
     invS = torch.where(positive, 1.0 / torch.where(positive, S, torch.ones_like(S)), 0.0)
-    return W, adj.i, adj.j, invS, particles.kinds == int(ParticleType.Boundary)
+    r = _pairVectors(particles.positions, adj.i, adj.j, domain)
+    return W, adj.i, adj.j, invS, particles.kinds == int(ParticleType.Boundary), r
 
 
 def _scatter(i, values, like):
@@ -147,28 +161,33 @@ def _scatter(i, values, like):
 
 
 def _pressures(sums, particles, pressures, domain, gravity, wallAccelerations, owner):
-    W, i, j, invS, isWall = sums
+    W, i, j, invS, isWall, r = sums
     rho = _densities(particles, owner)
     x = particles.positions
     particleField(owner, "pressures", pressures, x.shape[0])
     g = _vectorField(gravity, x, f"{owner}: gravity")
     if wallAccelerations is not None:
         g = g - _vectorField(wallAccelerations, x, f"{owner}: wallAccelerations")
-    r = _pairVectors(x, i, j, domain)
     P = _scatter(i, pressures[j] * W, pressures)
     R = _scatter(i, (rho[j] * W)[:, None] * r, x)
     return torch.where(isWall, (P + (g * R).sum(-1)) * invS, pressures)
 
 
 def _velocities(sums, velocities, wallVelocity, noSlip, owner):
-    W, i, j, invS, isWall = sums
+    W, i, j, invS, isWall, r = sums
     ut = _scatter(i, W[:, None] * velocities[j], velocities) * invS[:, None]
     if not noSlip:
-        uw = ut
-    elif wallVelocity is None:
-        uw = -ut
-    else:
-        uw = 2.0 * _vectorField(wallVelocity, velocities, f"{owner}: wallVelocity") - ut
+        return torch.where(isWall[:, None], ut, velocities)
+    # the wall normal into the fluid: minus the kernel-weighted direction to the fluid
+    toWall = _scatter(i, W[:, None] * r, velocities)
+    length = torch.linalg.vector_norm(toWall, dim=-1, keepdim=True)
+    normal = -toWall / torch.where(length > 0, length, torch.ones_like(length))
+    uWall = torch.zeros_like(ut) if wallVelocity is None else \
+        _vectorField(wallVelocity, velocities, f"{owner}: wallVelocity")
+    # mirror the whole velocity while the fluid approaches the wall, the tangential part only
+    # while it leaves (module docstring)
+    leaving = torch.clamp(((ut - uWall) * normal).sum(-1, keepdim=True), min=0.0)
+    uw = 2.0 * uWall - ut + 2.0 * leaving * normal
     return torch.where(isWall[:, None], uw, velocities)
 
 
