@@ -273,3 +273,53 @@ def test_validation():
         wallPressures(p, kw["pressures"], dom, adj, (0.0, 0.0, -1.0))
     with pytest.raises(TypeError, match="accepted: an AdjacencyList"):
         wallVelocities(p, kw["velocities"], dom, None)
+
+
+def test_no_slip_weight_blends_the_two_wall_velocities():
+    """noSlip = w gives w u_noSlip + (1 - w) u_freeSlip (the scheme's laminar share of the
+    viscosity); anything outside [0, 1] raises."""
+    p, dom, adj, kw = _case(2, True, n=30, seed=4)
+    u = kw["velocities"]
+    full = wallVelocities(p, u, dom, adj, noSlip=True, kernel=KERNEL)
+    free = wallVelocities(p, u, dom, adj, noSlip=False, kernel=KERNEL)
+    half = wallVelocities(p, u, dom, adj, noSlip=0.25, kernel=KERNEL)
+    torch.testing.assert_close(half, 0.25 * full + 0.75 * free, rtol=0, atol=1e-14)
+    assert not torch.equal(full, free)
+    assert torch.equal(wallVelocities(p, u, dom, adj, noSlip=0.0, kernel=KERNEL), free)
+    with pytest.raises(ValueError, match=r"noSlip=1.5; accepted: True, False, a number in"):
+        wallVelocities(p, u, dom, adj, noSlip=1.5, kernel=KERNEL)
+
+
+def test_the_artificial_viscosity_sees_free_slip_walls():
+    """With an artificial viscosity and no laminar one, no-slip walls give the rates of
+    free-slip walls (bitwise); with a laminar viscosity alone they do not."""
+    from warpSPHCore.fluids import (
+        ArtificialViscosity,
+        FluidState,
+        ParticleSet,
+        Scheme,
+        Tait,
+        VerletNeighbours,
+        Walls,
+        hydrostaticStart,
+    )
+
+    dx = 0.1
+    x, kinds = boxParticles((0.0, 0.0), (0.6, 0.4), dx, 3, ("-x", "+x", "-y"))
+    dom = DomainDescription(torch.tensor([-0.4, -0.4], dtype=F64),
+                            torch.tensor([1.0, 1.0], dtype=F64), [False, False])
+
+    def rates(noSlip, nu, alpha):
+        scheme = Scheme(rho0=1.0, c0=10.0, equationOfState=Tait(), density="continuity",
+                        viscosity=nu, artificialViscosity=ArtificialViscosity(alpha),
+                        walls=Walls(noSlip=noSlip), bodyForce=(0.0, -1.0))
+        rho, m, _ = hydrostaticStart(scheme, x, kinds, dx, 0.4)
+        P = ParticleSet(torch.full_like(rho, 3 * dx), m, kinds, dom, dx)
+        v = torch.stack([torch.sin(3 * x[:, 1]), 0.2 * torch.cos(2 * x[:, 0])], 1)
+        state = FluidState(x, v, rho)
+        return scheme.rates(P)(state, VerletNeighbours(dom, P.supports, 0.0)(state))
+
+    a, b = rates(True, 0.0, 0.1), rates(False, 0.0, 0.1)
+    assert torch.equal(a.accelerations, b.accelerations)
+    c, d = rates(True, 0.01, 0.0), rates(False, 0.01, 0.0)
+    assert not torch.equal(c.accelerations, d.accelerations)

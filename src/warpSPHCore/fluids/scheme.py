@@ -39,6 +39,15 @@ Every sum is over the pairs the scheme's ``interaction`` admits (default
 `OperationDirection.FluidQueriesNonGhostReferences`: fluid rows over fluid and wall
 neighbours); wall rows get zero accelerations and density rates, so walls stay in place.
 
+**No-slip is the laminar viscosity's.** The fused momentum has one viscosity per particle,
+mu = rho0 (nu + nu_art), and one wall velocity; the viscous term is linear in the wall
+velocity, so the wall rows carry the blend w u_noSlip + (1 - w) u_freeSlip with
+w = nu / (nu + nu_art): the laminar viscosity sees no-slip walls, the artificial one
+free-slip walls. The artificial viscosity is a numerical dissipation: as wall friction it
+slowed the bottom of a 3D dam break's surge and pushed fluid particles a quarter spacing
+into the floor (a/dx = 10). With water's viscosity at a metre scale the laminar share, and
+so the wall friction, is negligible, as it is physically.
+
 **Wall volumes.** A wall particle's volume is the volume a fluid particle at its place has
 at rest, so a tank at rest is in equilibrium: with a continuity equation the fluid's masses
 are rho(0) dx^d, so its volumes are dx^d and so are the walls' (``Walls.volume``, default
@@ -148,7 +157,9 @@ class Walls:
     """Dummy-particle walls (particles of kind Boundary) of Adami, Hu & Adams 2012.
 
     Attributes:
-        noSlip: no-slip (u_w = 2 u_wall - utilde_w in the viscous term) or free-slip.
+        noSlip: no-slip (u_w = 2 u_wall - utilde_w in the viscous term, `fluids.walls`) or
+            free-slip. No-slip is a condition of the laminar viscosity: the artificial
+            viscosity sees free-slip walls (module docstring, "Walls").
         velocity: u_wall, ``[d]`` or ``[N, d]`` (only wall rows read; a lid), or None (at
             rest).
         accelerations: a_w of the wall pressure, ``[d]`` or ``[N, d]``, or None.
@@ -578,6 +589,29 @@ class Scheme:
                 value = value + torch.where(mask, out, torch.zeros_like(out))
         return value
 
+    def _noSlipShare(self, particles: ParticleSet):
+        """The weight of the no-slip wall velocity: the laminar share nu / (nu + nu_art) of
+        the fused viscosity with no-slip walls (the artificial viscosity sees free-slip
+        walls), 0 with free-slip walls (module docstring, "Walls")."""
+        walls, av = self.walls, self.artificialViscosity
+        if walls is None or not walls.noSlip:
+            return False
+        if av is None or av.form != "morris" or av.alpha == 0:
+            return True
+        artificial = av.alpha * particles.spacing * self.c0 / 8.0
+        return self.viscosity / (self.viscosity + artificial)
+
+    def _walls(self, P, p, u, domain, adjacency, g, noSlip):
+        """`extrapolateWalls` of the scheme's walls, with the body force as g (0 without)."""
+        x = P.positions
+        gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None else g
+        walls, eos, rho0, c0 = self.walls, self.equationOfState, self.rho0, self.c0
+        return extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
+                                densityOfPressure=lambda q: eos.density(q, rho0, c0),
+                                wallVelocity=walls.velocity,
+                                wallAccelerations=walls.accelerations, noSlip=noSlip,
+                                kernel=self.kernel, supportMode=self.supportMode)
+
     def _shift(self, particles, P, domain, adjacency, V):
         s = self.shifting
         h = self._h(particles)
@@ -598,10 +632,8 @@ class Scheme:
         pb = 0.0 if tv is None else (rho0 * c0**2 if tv.backgroundPressure is None
                                      else tv.backgroundPressure)
         wallVolume = None if walls is None else walls.volume
+        noSlip = self._noSlipShare(particles)
         kw = dict(kernel=kernel, supportMode=self.supportMode)
-
-        def densityOfPressure(p):
-            return eos.density(p, rho0, c0)
 
         def rates(state, adjacency):
             x, u = state.positions, state.velocities
@@ -618,13 +650,7 @@ class Scheme:
             ut = u if ut is None else ut
             g = self._bodyForce(x)
             if walls is not None:
-                gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None \
-                    else g
-                w = extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
-                                     densityOfPressure=densityOfPressure,
-                                     wallVelocity=walls.velocity,
-                                     wallAccelerations=walls.accelerations,
-                                     noSlip=walls.noSlip, **kw)
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip)
                 V = torch.where(isWall, m / w.densities if wallVolume is None
                                 else torch.full_like(V, wallVolume), V)
                 ut = torch.where(isWall[:, None], w.velocities, ut)
@@ -659,10 +685,8 @@ class Scheme:
         wallVolume = None if walls is None else (
             particles.spacing ** d if walls.volume is None else walls.volume)
         h = self._h(particles)
+        noSlip = self._noSlipShare(particles)
         kw = dict(kernel=kernel, supportMode=self.supportMode, operationMode=self.interaction)
-
-        def densityOfPressure(p):
-            return eos.density(p, rho0, c0)
 
         def rates(state, adjacency):
             x, u, rho = state.positions, state.velocities, state.densities
@@ -676,14 +700,7 @@ class Scheme:
             V = None
             uw = u
             if walls is not None:
-                gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None \
-                    else g
-                w = extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
-                                     densityOfPressure=densityOfPressure,
-                                     wallVelocity=walls.velocity,
-                                     wallAccelerations=walls.accelerations,
-                                     noSlip=walls.noSlip, kernel=kernel,
-                                     supportMode=self.supportMode)
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip)
                 P, p, uw = ParticleState(x, H, m, kinds, w.densities), w.pressures, w.velocities
                 V = torch.where(isWall, torch.full_like(p, wallVolume), m / w.densities)
             acc = momentumAcceleration(P, p, uw, domain, adjacency, dynamicViscosity=mu,

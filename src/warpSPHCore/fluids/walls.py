@@ -176,7 +176,8 @@ def _pressures(sums, particles, pressures, domain, gravity, wallAccelerations, o
 def _velocities(sums, velocities, wallVelocity, noSlip, owner):
     W, i, j, invS, isWall, r = sums
     ut = _scatter(i, W[:, None] * velocities[j], velocities) * invS[:, None]
-    if not noSlip:
+    weight = _noSlipWeight(noSlip, owner)
+    if isinstance(weight, float) and weight == 0.0:
         return torch.where(isWall[:, None], ut, velocities)
     # the wall normal into the fluid: minus the kernel-weighted direction to the fluid
     toWall = _scatter(i, W[:, None] * r, velocities)
@@ -188,7 +189,22 @@ def _velocities(sums, velocities, wallVelocity, noSlip, owner):
     # while it leaves (module docstring)
     leaving = torch.clamp(((ut - uWall) * normal).sum(-1, keepdim=True), min=0.0)
     uw = 2.0 * uWall - ut + 2.0 * leaving * normal
+    if not (isinstance(weight, float) and weight == 1.0):
+        uw = weight * uw + (1.0 - weight) * ut  # a blend with the free-slip velocity
     return torch.where(isWall[:, None], uw, velocities)
+
+
+def _noSlipWeight(noSlip, owner):
+    """``noSlip`` as the weight of the no-slip velocity: True 1.0, False 0.0, a number in
+    [0, 1] or a 0-dim tensor as it is."""
+    if isinstance(noSlip, bool):
+        return 1.0 if noSlip else 0.0
+    if isinstance(noSlip, torch.Tensor) and noSlip.dim() == 0:
+        return noSlip
+    if isinstance(noSlip, (int, float)) and 0.0 <= noSlip <= 1.0:
+        return float(noSlip)
+    raise ValueError(f"{owner}: noSlip={noSlip!r}; accepted: True, False, a number in [0, 1] "
+                     "or a 0-dim tensor (the weight of the no-slip velocity)")
 
 
 def wallPressures(particles, pressures, domain, adjacency, gravity, *, wallAccelerations=None,
@@ -225,7 +241,10 @@ def wallVelocities(particles, velocities, domain, adjacency, *, wallVelocity=Non
         domain: `DomainDescription`.
         adjacency: the `AdjacencyList`.
         wallVelocity: u_wall, ``[d]`` or ``[N, d]`` (default 0); not used for free slip.
-        noSlip: True: u_w = 2 u_wall - utilde_w; False (free slip): u_w = utilde_w.
+        noSlip: True: the no-slip velocity (module table); False (free slip): u_w =
+            utilde_w; a weight w in [0, 1]: w times the no-slip plus (1 - w) times the
+            free-slip velocity (the viscous term is linear in u_w, so this applies no-slip
+            to the share w of a uniform viscosity, `Scheme`'s laminar share).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
 
@@ -255,7 +274,8 @@ def extrapolateWalls(particles, pressures, velocities, domain, adjacency, *, gra
             (e.g. ``lambda p: taitDensity(p, rho0, c0)``).
         wallVelocity: u_wall, ``[d]`` or ``[N, d]`` (default 0).
         wallAccelerations: a_w, ``[d]`` or ``[N, d]`` (default 0).
-        noSlip: no-slip (True) or free-slip (False) wall velocities.
+        noSlip: no-slip (True) or free-slip (False) wall velocities, or the weight of the
+            no-slip velocity in a blend (`wallVelocities`).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
 

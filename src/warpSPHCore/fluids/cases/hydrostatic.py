@@ -11,7 +11,8 @@ the Tait equation (gamma = 7) with c0 = ``mach`` sqrt(2 g H) (`referenceSoundSpe
 one sound-speed rule), the continuity equation with the delta-SPH diffusion (``diffusion``,
 ``delta``: by default the Molteni-Colagrossi term of the densities minus their hydrostatic
 part, Fourtakas et al. 2019, which is zero at rest), the artificial viscosity alpha in its
-Morris form,
+Morris form (alpha = 0.1: the square lattice rearranges under the hydrostatic load after a
+few sqrt(H/g), and a larger viscosity damps the velocities of that event, docs/fluids.md),
 dummy-particle walls of Adami et al. 2012 (no-slip by default) with volumes dx^2, the
 pressure clipped at 0 (a free surface), gravity; the stepper and the time step are the
 scheme's (`Scheme.stepper`: predictor-corrector with integrated densities;
@@ -81,7 +82,7 @@ class HydrostaticConfig:
     diffusion: str = option("fourtakas", "delta-SPH density diffusion: fourtakas, molteni, "
                             "antuono or none")
     delta: float = option(0.1, "delta-SPH coefficient")
-    alpha: float = option(0.02, "artificial viscosity alpha (Morris form, nu = alpha dx c0 / 8)")
+    alpha: float = option(0.1, "artificial viscosity alpha (Morris form, nu = alpha dx c0 / 8)")
     noSlip: bool = option(True, "no-slip walls (False: free-slip)")
     stepper: str = option("default", "time integration: default (the scheme's), "
                           "kickDriftKick, predictorCorrector or symplecticEuler")
