@@ -17,7 +17,8 @@ periodic unit square, dx = 1/50, one CPU thread), in one run:
    particles, its `Scheme`, predictor-corrector): each call of a rate evaluation timed alone
    (the Verlet check with the health flags, the wall extrapolation, the fused momentum, the
    continuity rate, the density diffusion), and the whole step through `Simulation.advance`
-   (two rate evaluations); the step's ratio to the sum of its calls (two evaluations' worth);
+   (two rate evaluations), interleaved round by round; the step's ratio to the sum of its
+   calls (two evaluations' worth);
 5. the 3D dam break of `warpsph run dambreak --dim 3` (a/dx = 10): a step through
    `Simulation.advance`, the wall extrapolation alone, and the step's ratio to the same step
    without it (the step minus its two wall extrapolations).
@@ -312,6 +313,24 @@ def _taylorGreenReverse(side: int, repeats: int) -> dict:
     return rows
 
 
+def _interleaved(calls: dict, step, repeats: int):
+    """({name: median ms}, median step ms): each round times every call once and one step,
+    so that a load change of the machine affects both sides of the ratio alike."""
+    samples = {name: [] for name in calls}
+    steps = []
+    with torch.no_grad():
+        for _ in range(repeats + 2):
+            for name, fn in calls.items():
+                t = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            step()
+            steps.append((time.perf_counter() - t) * 1e3)
+    return ({name: statistics.median(ts[2:]) for name, ts in samples.items()},
+            statistics.median(steps[2:]))
+
+
 def _stepMs(sim, repeats: int) -> float:
     """Median time of one `Simulation.advance` (no grad), after two warm-up steps."""
     with torch.no_grad():
@@ -328,7 +347,9 @@ def _hydrostaticStep(repeats: int) -> dict:
     scheme, P = tank.scheme, tank.particles
     sim = scheme.simulation(P, tank.state, tank.dt,
                             options=LoopOptions(skin=0.2, progress=False, wrap=False))
-    stepMs = _stepMs(sim, repeats)
+    with torch.no_grad():
+        for _ in range(3):
+            sim.advance()
     s = sim.state
     x, u, rho = s.positions, s.velocities, s.densities
     H, m, kinds, dom = P.supports, P.masses, P.kinds, P.domain
@@ -347,7 +368,8 @@ def _hydrostaticStep(repeats: int) -> dict:
         w = extrapolateWalls(ParticleState(x, H, m, kinds, rho), p, u, dom,
                              sim.neighbours.adjacency, gravity=g,
                              densityOfPressure=lambda q: scheme.equationOfState.density(
-                                 q, rho0, c0), noSlip=True, kernel=scheme.kernel)
+                                 q, rho0, c0), noSlip=scheme._noSlipShare(P),
+                             kernel=scheme.kernel)
         V = torch.where(isWall, torch.full_like(p, dx * dx), m / w.densities)
         # every call gets new tensors; the list is the simulation's (a Verlet list is reused)
         adj = sim.neighbours.adjacency
@@ -358,7 +380,7 @@ def _hydrostaticStep(repeats: int) -> dict:
             "wall extrapolation": lambda: extrapolateWalls(
                 ParticleState(x.clone(), H, m, kinds, rho.clone()), p.clone(), u.clone(), dom,
                 adj, gravity=g, densityOfPressure=lambda q: scheme.equationOfState.density(
-                    q, rho0, c0), noSlip=True, kernel=scheme.kernel),
+                    q, rho0, c0), noSlip=scheme._noSlipShare(P), kernel=scheme.kernel),
             "momentum (fused)": lambda: momentumAcceleration(
                 ParticleState(x.clone(), H, m, kinds, w.densities.clone()),
                 w.pressures.clone(), w.velocities.clone(), dom, adj,
@@ -368,9 +390,9 @@ def _hydrostaticStep(repeats: int) -> dict:
                 adj, **kw),
             "density diffusion": lambda: diffusion(
                 ParticleState(x.clone(), H, m, kinds, w.densities.clone()), dom, adj, 0.1, dx,
-                c0, **kw),
+                c0, **kw, values=w.densities - (rho0 / (c0 * c0)) * (x @ g)),
         }
-        rows = {name: _median_ms(fn, repeats) for name, fn in calls.items()}
+        rows, stepMs = _interleaved(calls, sim.advance, repeats)
     evaluation = sum(rows.values())
     total = 2.0 * evaluation  # predictor-corrector: two rate evaluations per step
     n, nf = x.shape[0], tank.fluidCount
