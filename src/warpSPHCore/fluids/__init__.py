@@ -1,32 +1,40 @@
-"""Weakly compressible SPH toolkit, built on the public operators and the
-neighbour search: physics terms, the fused momentum operator, walls, time integration, the
-simulation loop, differentiable rollouts and the validation cases (docs/fluids.md).
+"""Weakly compressible SPH toolkit, built on the public operators and the neighbour search:
+a declarative scheme, physics terms, the fused momentum operator, walls, time integration,
+the simulation loop, health checks, differentiable rollouts and the validation cases
+(docs/fluids.md; a case of your own: docs/own-case.md).
 
 Everything here is torch code on tensors (or the library's operators): differentiable in
-reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host syncs
-(time-step limits are returned as 0-dim tensors, never read back).
+reverse and forward mode, float32/float64, 2D/3D, CPU and CUDA, and free of host syncs per
+step beyond the neighbour list's one readback, which also carries the health checks.
 
-* `eos`: equations of state (Tait/Cole, linear), their inverses and sound speeds.
+One rate signature serves every piece: ``rates(state, neighbours) -> Rates``; every stepper
+is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
+
+* `scheme`: `Scheme` (the physics of a case: equation of state, density treatment,
+  viscosity, density diffusion, walls, transport velocity or shifting, body force, user
+  `Term`s) builds the rates, the stepper, the time step and the health checks on a
+  `ParticleSet`; `hydrostaticStart`.
+* `eos`: equations of state (Tait/Cole, linear), their inverses and sound speeds;
+  `referenceSoundSpeed`, the one sound-speed rule.
 * `terms`: the symmetric pressure acceleration, Morris laminar viscosity, delta-SPH density
-  diffusion (Molteni & Colagrossi), the continuity density rate, body forces, number-density
-  volumes and the transport-velocity background-pressure acceleration (Adami et al. 2013),
-  each one or two operator calls.
-* `momentum`: `momentumAcceleration`, pressure, viscosity and the transport-velocity stress
-  of Adami et al. (2013) in one traversal (the fused Momentum operator), and
-  `transportVelocityAccelerations`, which adds the background-pressure acceleration from the
-  same traversal.
+  diffusion, the continuity density rate, body forces, number-density volumes and the
+  transport-velocity background-pressure acceleration, each one or two operator calls.
+* `momentum`: pressure, viscosity and the transport-velocity stress of Adami et al. (2013) in
+  one traversal (the fused Momentum operator).
 * `stabilization`: Monaghan artificial viscosity, the delta-SPH diffusion of Antuono et al.
   (2010) with renormalized density gradients, particle shifting (Lind et al. 2012).
-* `walls`: dummy-particle walls of Adami et al. (2012) (pressure, density and no-slip or
-  free-slip velocity extrapolation, moving walls) and `boxParticles` (wall layers of a box).
+* `walls`: dummy-particle walls of Adami et al. (2012) over the wall-fluid edges, and
+  `boxParticles` (wall layers of a box).
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
-* `integrators`: semi-implicit (symplectic) Euler, kick-drift-kick (velocity Verlet) and a
-  predictor-corrector step for the (positions, velocities, densities) state.
-* `rollout`: many kick-drift-kick steps, with optional gradient checkpointing per segment.
-* `loop`: `Simulation` / `simulate`, the simulation loop: a Verlet-skin neighbour list
-  rebuilt when a particle moved more than half the skin, frames through `writeParticles`,
-  tqdm progress, restart files that continue bitwise.
+* `integrators`: symplectic Euler, kick-drift-kick, predictor-corrector, `defaultStepper`;
+  `transport`: kick-drift-kick with a transport velocity.
+* `neighbours`: `VerletNeighbours`, the Verlet-skin policy of `Simulation` and `rollout`.
+* `health`: `HealthMonitor` (non-finite fields, particles leaving the domain or crossing a
+  wall, a time step above the stable limit).
+* `rollout`: many steps with the lists of `Simulation`, checkpointing, trajectories.
+* `loop`: `Simulation` / `simulate`: frames, tqdm progress, restart files that continue
+  bitwise.
 * `cases`: the validation cases run by ``warpsph run CASE`` (`cases.CASES`).
 """
 
