@@ -612,6 +612,23 @@ class Scheme:
                                 wallAccelerations=walls.accelerations, noSlip=noSlip,
                                 kernel=self.kernel, supportMode=self.supportMode)
 
+    def _pressures(self, state, adjacency, P, u, V, isFluid, domain):
+        """The equation of state's pressures of ``P.densities``, plus the user's pressure
+        terms, clipped at 0 with ``clampPressure``."""
+        p = self.equationOfState.pressure(P.densities, self.rho0, self.c0)
+        p = self._applyTerms("pressure", p, lambda: TermContext(
+            state, adjacency, P, p, u, V, isFluid, domain, self), isFluid, p.shape)
+        return p.clamp(min=0.0) if self.clampPressure else p
+
+    def _dynamicViscosity(self, particles: ParticleSet):
+        """mu = rho0 (nu + alpha dx c0 / 8): the laminar and the Morris-form artificial
+        viscosity of the fused momentum."""
+        mu = self.rho0 * self.viscosity
+        av = self.artificialViscosity
+        if av is not None and av.form == "morris":
+            mu = mu + self.rho0 * av.alpha * particles.spacing * self.c0 / 8.0
+        return mu
+
     def _shift(self, particles, P, domain, adjacency, V):
         s = self.shifting
         h = self._h(particles)
@@ -622,12 +639,10 @@ class Scheme:
 
     def _summationRates(self, particles: ParticleSet):
         H, m, kinds, domain, isWall, isFluid = self._common(particles)
-        rho0, c0, eos, kernel = self.rho0, self.c0, self.equationOfState, self.kernel
+        rho0, c0, kernel = self.rho0, self.c0, self.kernel
         walls, tv = self.walls, self.transportVelocity
-        mu = rho0 * self.viscosity
+        mu = self._dynamicViscosity(particles)
         av = self.artificialViscosity
-        if av is not None and av.form == "morris":
-            mu = mu + rho0 * av.alpha * particles.spacing * c0 / 8.0
         transport = tv is not None or self.shifting is not None
         pb = 0.0 if tv is None else (rho0 * c0**2 if tv.backgroundPressure is None
                                      else tv.backgroundPressure)
@@ -641,11 +656,7 @@ class Scheme:
                                      self.supportMode)
             rho = m / V
             P = ParticleState(x, H, m, kinds, rho)
-            p = eos.pressure(rho, rho0, c0)
-            p = self._applyTerms("pressure", p, lambda: TermContext(
-                state, adjacency, P, p, u, V, isFluid, domain, self), isFluid, p.shape)
-            if self.clampPressure:
-                p = p.clamp(min=0.0)
+            p = self._pressures(state, adjacency, P, u, V, isFluid, domain)
             ut = getattr(state, "transportVelocities", None)
             ut = u if ut is None else ut
             g = self._bodyForce(x)
@@ -676,11 +687,9 @@ class Scheme:
 
     def _continuityRates(self, particles: ParticleSet):
         H, m, kinds, domain, isWall, isFluid = self._common(particles)
-        rho0, c0, eos, kernel = self.rho0, self.c0, self.equationOfState, self.kernel
+        rho0, c0, kernel = self.rho0, self.c0, self.kernel
         walls, dd, av = self.walls, self.densityDiffusion, self.artificialViscosity
-        mu = rho0 * self.viscosity
-        if av is not None and av.form == "morris":
-            mu = mu + rho0 * av.alpha * particles.spacing * c0 / 8.0
+        mu = self._dynamicViscosity(particles)
         d = particles.dimension
         wallVolume = None if walls is None else (
             particles.spacing ** d if walls.volume is None else walls.volume)
@@ -691,11 +700,7 @@ class Scheme:
         def rates(state, adjacency):
             x, u, rho = state.positions, state.velocities, state.densities
             P = ParticleState(x, H, m, kinds, rho)
-            p = eos.pressure(rho, rho0, c0)
-            p = self._applyTerms("pressure", p, lambda: TermContext(
-                state, adjacency, P, p, u, None, isFluid, domain, self), isFluid, p.shape)
-            if self.clampPressure:
-                p = p.clamp(min=0.0)
+            p = self._pressures(state, adjacency, P, u, None, isFluid, domain)
             g = self._bodyForce(x)
             V = None
             uw = u
