@@ -10,7 +10,8 @@ with NAME one of ``outputs`` (formula and output per operator), ``shapes`` (the 
 shape of scalar, vector and matrix fields in 1D/2D/3D, computed by each entry's shape rule),
 ``corrections`` (the acceptance matrix, `operators.md` §5), ``corrections:<Operator>`` (one
 operator's row), ``scheme-states`` (the per-query states one option value needs, the
-consistent Laplacian's), ``jvp-scope`` (the forward-mode scope, `autodiff.md` §9.4),
+consistent Laplacian's), ``jvp-scope`` (the forward-mode scope: which tangents each
+operator's JVP accepts),
 ``particle-kinds`` (the `ParticleType` codes) and ``interaction-modes`` (every
 `OperationDirection` with the kinds it admits on each side, `enumTypes.interactionKinds`).
 

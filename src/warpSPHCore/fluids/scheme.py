@@ -88,7 +88,13 @@ import torch
 from ..dataTypes.adjacency import AdjacencyList
 from ..dataTypes.domain import DomainDescription
 from ..dataTypes.particleState import ParticleState
-from ..enumTypes import KernelFunctions, OperationDirection, ParticleType, SupportScheme
+from ..enumTypes import (
+    KernelFunctions,
+    OperationDirection,
+    ParticleType,
+    SupportScheme,
+    interactionKinds,
+)
 from .eos import linearDensity, linearPressure, taitDensity, taitPressure
 from .health import HealthMonitor
 from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector
@@ -346,13 +352,6 @@ def _nonNegative(name, value):
         raise ValueError(f"{name}={value!r}; accepted: a finite number >= 0 (or a tensor)")
 
 
-def _queryAndReferenceKinds(mode: OperationDirection):
-    """(query kinds, reference kinds) of an interaction mode, as sets of ParticleType."""
-    from ..enumTypes import interactionKinds
-
-    return interactionKinds(mode)
-
-
 # ---------------------------------------------------------------------------- the scheme
 @dataclass(frozen=True)
 class Scheme:
@@ -432,7 +431,7 @@ class Scheme:
                              "transport kick-drift-kick, which is unstable with a continuity "
                              "equation (docs/fluids.md, 'Stable defaults'); accepted with "
                              "density='summation' only")
-        queries, references = _queryAndReferenceKinds(self.interaction)
+        queries, references = interactionKinds(self.interaction)
         if ParticleType.Fluid not in queries:
             raise ValueError(f"Scheme: interaction {self.interaction.name} never queries a "
                              "Fluid row, so no fluid particle would move; accepted: a mode "
@@ -542,7 +541,7 @@ class Scheme:
             raise ValueError(f"Scheme: {nWalls} particles are of kind Boundary but the scheme "
                              "declares no walls, so they would be treated as fluid references "
                              "without extrapolated pressures; pass walls=Walls(...)")
-        _, references = _queryAndReferenceKinds(self.interaction)
+        _, references = interactionKinds(self.interaction)
         ignored = {k: c for k, c in present.items()
                    if k != int(ParticleType.Fluid) and ParticleType(k) not in references}
         if ignored:

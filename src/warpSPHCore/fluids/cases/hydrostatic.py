@@ -243,8 +243,7 @@ def _run(config: HydrostaticConfig, out: Path, writer, quiet: bool) -> dict:
         if s.step % every == 0 or s.step == tank.steps:
             u = s.state.velocities[:nf]
             speeds.append(torch.linalg.vector_norm(u, dim=1).amax())
-            cfg = config
-            p = scheme.equationOfState.pressure(s.state.densities[:nf], cfg.rho0, tank.c0)
+            p = scheme.equationOfState.pressure(s.state.densities[:nf], config.rho0, tank.c0)
             exact = exactPressure(tank, s.state.positions[:nf])
             errors.append(torch.linalg.vector_norm(p - exact) / torch.linalg.vector_norm(exact))
             times.append(s.step * tank.dt)
