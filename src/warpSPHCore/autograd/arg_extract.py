@@ -56,6 +56,7 @@ from ..enumTypes import ExecutionMode, SupportScheme
 from ..kernels.lattice import latticeDensityFactor
 from ..neighborhood.grid import buildCompactHashMap
 from ..neighborhood.hashLength import getNextPrime
+from ..neighborhood.search import radiusSearchCompactHashMap
 from ..neighborhood.traversal import adjacencyData, gridDataType
 from ..util.errorFlags import errorArray
 from ..util.fieldRegistry import FieldKind, nullField
@@ -443,6 +444,30 @@ def _bool(v) -> bool:
     return bool(v)
 
 
+def _sceneNeighbourhood(query, reference, domain, adjacency):
+    """The neighbourhood of particles that carry scene indices: a scene-aware list (the
+    search's, with one readback, when none is given); a grid or a list built without scenes
+    is refused, since either pairs particles of different scenes."""
+    scenes = getattr(query, "scenes", None)
+    refScenes = scenes if reference is None else getattr(reference, "scenes", None)
+    if scenes is None and refScenes is None:
+        return adjacency
+    if adjacency is None:
+        return radiusSearchCompactHashMap(query, domain, mode=SupportScheme.SuperSymmetric,
+                                          referenceParticles=reference)
+    if isinstance(adjacency, CompactHashMap):
+        raise ValueError("warpOperation: the particles carry scene indices but the "
+                         "neighbourhood is a CompactHashMap, whose traversal would pair "
+                         "particles of different scenes; accepted: an AdjacencyList from a "
+                         "search of the particles with their scenes, or None")
+    if isinstance(adjacency, AdjacencyList) and adjacency.sceneIndex is None:
+        raise ValueError("warpOperation: the particles carry scene indices but the "
+                         "AdjacencyList was built without them (it may pair particles of "
+                         "different scenes); accepted: a list from radiusSearchCompactHashMap "
+                         "or buildVerletList of the particles with their scenes, or None")
+    return adjacency
+
+
 def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=None,
                      referenceVolumes=None, adjacency=None, referenceParticles=None,
                      crkState=None, gradHState=None, renormalizationState=None, site: int = 0,
@@ -533,6 +558,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
     flat[_QCRK_A:_QCRK_GRADB + 1] = crk
     flat[_RCRK_A:_RCRK_GRADB + 1] = crk  # one CRKState: the kernels read the query side only
 
+    adjacency = _sceneNeighbourhood(q, referenceParticles, domain, adjacency)
     if adjacency is None:
         nR = int(r.positions.shape[0])
         adjacency = buildCompactHashMap(q.positions.detach(), r.positions.detach(),

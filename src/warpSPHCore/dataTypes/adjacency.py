@@ -134,6 +134,9 @@ class AdjacencyList:
     * ``hashMap``: the `CompactHashMap` used to build it, or None.
     * ``supportMode``: the `SupportScheme` of the acceptance threshold.
     * ``verletScale``: the support multiplier used at build time (1.0 for a plain search).
+    * ``sceneIndex``: int32 ``[N_q]`` scene index of the queries when the list was built by a
+      scene-aware search (particles carrying ``scenes``), else None. Operators on particles
+      with scenes accept only such a list (a list built without scenes pairs across them).
 
     Within a row, pairs come in stencil-offset order, then in sorted order inside each cell
     (ascending original index). The list is non-differentiable.
@@ -163,6 +166,7 @@ class AdjacencyList:
     hashMap: object | None = None
     supportMode: SupportScheme = SupportScheme.Gather
     verletScale: float = 1.0
+    sceneIndex: torch.Tensor | None = None
 
     def __post_init__(self):
         nq = _checkCount("numRows", self.numRows)
@@ -221,6 +225,9 @@ class AdjacencyList:
         if not (self.verletScale >= 1.0 and self.verletScale < float("inf")):
             raise ValueError(f"{_OWNER}: verletScale={self.verletScale!r}; accepted: a finite "
                              "float >= 1.0")
+        if self.sceneIndex is not None:
+            _checkIndex("sceneIndex", self.sceneIndex, torch.int32, nq,
+                        f"[numRows] = [{nq}] query scene indices")
         if not getattr(_TRUSTED, "on", False):
             _validateValues(self)
             if ef.eagerErrorChecks():

@@ -23,8 +23,11 @@ class ParticleState:
         kinds: ``[N]`` int32 codes of `ParticleType` (0 fluid, 1 boundary, 2 ghost, 3 other);
             required (pitfall W35).
         densities: ``[N]`` or None; read only where a formula needs rho.
+        scenes: ``[N]`` int32 scene index, or None (one scene). Particles of different scenes
+            never interact: the neighbour search pairs only particles with equal index, so
+            B independent simulations run as one particle set (docs/scenes.md).
 
-    All float tensors share one dtype and device. Non-differentiable: kinds.
+    All float tensors share one dtype and device. Non-differentiable: kinds, scenes.
     """
 
     positions: torch.Tensor
@@ -32,6 +35,7 @@ class ParticleState:
     masses: torch.Tensor
     kinds: torch.Tensor
     densities: torch.Tensor | None = None
+    scenes: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.kinds is None:
@@ -46,6 +50,7 @@ class ParticleState:
                 ("masses", self.masses, ("N",), "float", False),
                 ("kinds", self.kinds, ("N",), "int32", False),
                 ("densities", self.densities, ("N",), "float", True),
+                ("scenes", self.scenes, ("N",), "int32", True),
             ],
         )
 

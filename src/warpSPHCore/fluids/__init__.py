@@ -35,6 +35,8 @@ is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
 * `rollout`: many steps with the lists of `Simulation`, checkpointing, trajectories.
 * `loop`: `Simulation` / `simulate`: frames, tqdm progress, restart files that continue
   bitwise.
+* `scenes`: B independent scenes in one particle set (`batchScenes`, `splitScenes`,
+  per-scene sums, kinetic energies and time-step limits).
 * `cases`: the validation cases run by ``warpsph run CASE`` (`cases.CASES`).
 """
 
@@ -76,6 +78,15 @@ from .momentum import momentumAcceleration, momentumField, transportVelocityAcce
 from .neighbours import VerletNeighbours, wrapPeriodic
 from .relaxation import relaxParticles
 from .rollout import RolloutResult, Trajectory, rollout
+from .scenes import (
+    batchScenes,
+    sceneIndex,
+    sceneKineticEnergy,
+    sceneMax,
+    sceneSum,
+    sceneTimeStepLimits,
+    splitScenes,
+)
 from .scheme import (
     ArtificialViscosity,
     DensityDiffusion,
@@ -111,6 +122,13 @@ from .walls import (
 )
 
 __all__ = [
+    "batchScenes",
+    "splitScenes",
+    "sceneSum",
+    "sceneMax",
+    "sceneKineticEnergy",
+    "sceneTimeStepLimits",
+    "sceneIndex",
     "Scheme",
     "ParticleSet",
     "Tait",

@@ -214,6 +214,8 @@ class Simulation:
             that checks for non-finite fields and particles leaving the domain, every
             ``options.checkEvery`` rate evaluations; ``options.checkEvery = 0``: none). The
             initial state is checked at once.
+        scenes: ``[N]`` int32 scene indices of a batch of independent scenes (the
+            neighbour search never pairs particles of different scenes), or None.
 
     Attributes:
         state, rates: the current state and what the stepper carries at it (kick-drift-
@@ -227,7 +229,7 @@ class Simulation:
 
     def __init__(self, state: FluidState, rates, domain, supports, dt, *,
                  stepper=None, options: LoopOptions | None = None, out=None,
-                 writer=None, frameFields=None, monitor=None):
+                 writer=None, frameFields=None, monitor=None, scenes=None):
         options = LoopOptions() if options is None else options
         if not isinstance(state, FluidState):
             raise TypeError(f"Simulation: state is a {type(state).__name__}; accepted: a "
@@ -259,7 +261,7 @@ class Simulation:
             monitor.dt = dt
         self.monitor = monitor
         self.neighbours = VerletNeighbours(domain, supports, options.skin, options.supportMode,
-                                           wrap=options.wrap, monitor=monitor)
+                                           wrap=options.wrap, monitor=monitor, scenes=scenes)
         self.frames: list[Path] = []
         self._framed: int | None = None
         if options.wrap:

@@ -62,12 +62,12 @@ def wrapPeriodic(positions: torch.Tensor, domain) -> torch.Tensor:
 
 
 class _Probe:
-    """The positions/supports bag the neighbour search accepts."""
+    """The positions/supports (and scene indices) bag the neighbour search accepts."""
 
-    __slots__ = ("positions", "supports")
+    __slots__ = ("positions", "supports", "scenes")
 
-    def __init__(self, positions, supports):
-        self.positions, self.supports = positions, supports
+    def __init__(self, positions, supports, scenes=None):
+        self.positions, self.supports, self.scenes = positions, supports, scenes
 
 
 class VerletNeighbours:
@@ -86,10 +86,13 @@ class VerletNeighbours:
         supportMode: `SupportScheme` of the search.
         wrap: wrap the positions on periodic axes before the rates see them (`place`).
         monitor: a `fluids.health.HealthMonitor` whose flags share the readback, or None.
+        scenes: ``[N]`` int32 scene indices (particles of different scenes never pair), or
+            None (one scene).
     """
 
     def __init__(self, domain, supports: torch.Tensor, skin: float = 0.1,
-                 supportMode=SupportScheme.Gather, *, wrap: bool = True, monitor=None):
+                 supportMode=SupportScheme.Gather, *, wrap: bool = True, monitor=None,
+                 scenes: torch.Tensor | None = None):
         if not (isinstance(skin, (int, float)) and math.isfinite(skin) and skin >= 0):
             raise ValueError(f"VerletNeighbours: skin={skin!r}; accepted: a finite number >= 0")
         self.domain = domain
@@ -98,6 +101,7 @@ class VerletNeighbours:
         self.supportMode = SupportScheme(supportMode)
         self.wrap = bool(wrap)
         self.monitor = monitor
+        self.scenes = scenes
         self.adjacency: AdjacencyList | None = None
         self.builds = 0
         self.calls = 0
@@ -112,7 +116,7 @@ class VerletNeighbours:
         """The list for `state` (a `FluidState`, or an ``[N, d]`` positions tensor)."""
         positions = state if isinstance(state, torch.Tensor) else state.positions
         prior = self.adjacency
-        probe = _Probe(positions.detach(), self.supports)
+        probe = _Probe(positions.detach(), self.supports, self.scenes)
         monitor = None if isinstance(state, torch.Tensor) else self.monitor
         if monitor is not None and not monitor.due():
             monitor = None
@@ -149,7 +153,8 @@ class VerletNeighbours:
                 else a.referencePositions,
                 "referenceSupports": None if a.referenceSupports is a.querySupports
                 else a.referenceSupports,
-                "supportMode": int(a.supportMode), "verletScale": float(a.verletScale)}
+                "supportMode": int(a.supportMode), "verletScale": float(a.verletScale),
+                "sceneIndex": a.sceneIndex}
 
     def loadStateDict(self, d: dict | None) -> None:
         """Restore a list saved by `stateDict` (the aliasing of the query and reference sets
@@ -171,7 +176,7 @@ class VerletNeighbours:
             numCols=int(d["numCols"]), queryPositions=qPos, referencePositions=rPos,
             querySupports=qSup, referenceSupports=rSup,
             supportMode=SupportScheme(int(d["supportMode"])),
-            verletScale=float(d["verletScale"]))
+            verletScale=float(d["verletScale"]), sceneIndex=on(d.get("sceneIndex")))
 
 
 def neighbourList(neighbours, state):

@@ -317,6 +317,9 @@ class ParticleSet:
         spacing: the particle spacing dx (a number).
         container: ``(lower [d], upper [d])`` wall faces the fluid must stay inside
             (`health.boxContainer`), or None: checked by the health monitor.
+        scenes: ``[N]`` int32 scene indices of B independent scenes in one set
+            (`fluids.scenes.batchScenes` builds one), or None (one scene).
+        numScenes: B (1 without scenes).
     """
 
     supports: torch.Tensor
@@ -325,6 +328,8 @@ class ParticleSet:
     domain: DomainDescription
     spacing: float
     container: tuple | None = None
+    scenes: torch.Tensor | None = None
+    numScenes: int = 1
 
     def __post_init__(self):
         n = self.supports.shape[0] if isinstance(self.supports, torch.Tensor) else None
@@ -341,6 +346,17 @@ class ParticleSet:
                 and math.isfinite(self.spacing)):
             raise ValueError(f"ParticleSet: spacing={self.spacing!r}; accepted: a positive "
                              "finite number (dx)")
+        sc = self.scenes
+        if sc is not None and (not isinstance(sc, torch.Tensor) or sc.dtype != torch.int32
+                               or tuple(sc.shape) != (n,)):
+            what = (f"{tuple(sc.shape)} {sc.dtype}" if isinstance(sc, torch.Tensor)
+                    else type(sc).__name__)
+            raise ValueError(f"ParticleSet: scenes is {what}; accepted: int32 [N] with N = {n}, "
+                             "or None")
+        if isinstance(self.numScenes, bool) or not isinstance(self.numScenes, int) \
+                or self.numScenes < 1 or (sc is None and self.numScenes != 1):
+            raise ValueError(f"ParticleSet: numScenes={self.numScenes!r}; accepted: an int "
+                             ">= 1, and 1 without scenes")
 
     @property
     def dimension(self) -> int:
@@ -563,9 +579,15 @@ class Scheme:
     def _common(self, particles: ParticleSet):
         H, m, kinds, domain = (particles.supports, particles.masses, particles.kinds,
                                particles.domain)
+        scenes = particles.scenes
+
+        def make(x, rho=None):
+            """The operators' particle state at positions x (with the scene indices)."""
+            return ParticleState(x, H, m, kinds, rho, scenes=scenes)
+
         isWall = kinds == int(ParticleType.Boundary)
         isFluid = kinds == int(ParticleType.Fluid)
-        return H, m, kinds, domain, isWall, isFluid
+        return H, m, kinds, domain, isWall, isFluid, make
 
     def _bodyForce(self, like: torch.Tensor):
         if self.bodyForce is None:
@@ -637,7 +659,7 @@ class Scheme:
                                 operationMode=self.interaction)
 
     def _summationRates(self, particles: ParticleSet):
-        H, m, kinds, domain, isWall, isFluid = self._common(particles)
+        H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
         rho0, c0, kernel = self.rho0, self.c0, self.kernel
         walls, tv = self.walls, self.transportVelocity
         mu = self._dynamicViscosity(particles)
@@ -651,10 +673,10 @@ class Scheme:
 
         def rates(state, adjacency):
             x, u = state.positions, state.velocities
-            V = numberDensityVolumes(ParticleState(x, H, m, kinds), domain, adjacency, kernel,
+            V = numberDensityVolumes(make(x), domain, adjacency, kernel,
                                      self.supportMode)
             rho = m / V
-            P = ParticleState(x, H, m, kinds, rho)
+            P = make(x, rho)
             p = self._pressures(state, adjacency, P, u, V, isFluid, domain)
             ut = getattr(state, "transportVelocities", None)
             ut = u if ut is None else ut
@@ -664,7 +686,7 @@ class Scheme:
                 V = torch.where(isWall, m / w.densities if wallVolume is None
                                 else torch.full_like(V, wallVolume), V)
                 ut = torch.where(isWall[:, None], w.velocities, ut)
-                P, p, u = ParticleState(x, H, m, kinds, w.densities), w.pressures, w.velocities
+                P, p, u = make(x, w.densities), w.pressures, w.velocities
             a, ab = transportVelocityAccelerations(
                 P, p, u, domain, adjacency, backgroundPressure=pb, dynamicViscosity=mu,
                 transportVelocities=ut, volumes=V, operationMode=self.interaction, **kw)
@@ -685,7 +707,7 @@ class Scheme:
         return rates
 
     def _continuityRates(self, particles: ParticleSet):
-        H, m, kinds, domain, isWall, isFluid = self._common(particles)
+        H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
         rho0, c0, kernel = self.rho0, self.c0, self.kernel
         walls, dd, av = self.walls, self.densityDiffusion, self.artificialViscosity
         mu = self._dynamicViscosity(particles)
@@ -698,14 +720,14 @@ class Scheme:
 
         def rates(state, adjacency):
             x, u, rho = state.positions, state.velocities, state.densities
-            P = ParticleState(x, H, m, kinds, rho)
+            P = make(x, rho)
             p = self._pressures(state, adjacency, P, u, None, isFluid, domain)
             g = self._bodyForce(x)
             V = None
             uw = u
             if walls is not None:
                 w = self._walls(P, p, u, domain, adjacency, g, noSlip)
-                P, p, uw = ParticleState(x, H, m, kinds, w.densities), w.pressures, w.velocities
+                P, p, uw = make(x, w.densities), w.pressures, w.velocities
                 V = torch.where(isWall, torch.full_like(p, wallVolume), m / w.densities)
             acc = momentumAcceleration(P, p, uw, domain, adjacency, dynamicViscosity=mu,
                                        volumes=V, **kw)
@@ -756,7 +778,7 @@ class Scheme:
         """The `VerletNeighbours` policy of a run (for `rollout`; `Simulation` builds the
         same from its `LoopOptions`)."""
         return VerletNeighbours(particles.domain, particles.supports, skin, self.supportMode,
-                                wrap=wrap, monitor=monitor)
+                                wrap=wrap, monitor=monitor, scenes=particles.scenes)
 
     def simulation(self, particles: ParticleSet, state: FluidState, dt=None, *,
                    maxSpeed: float = 0.0, options: LoopOptions | None = None,
@@ -801,7 +823,7 @@ class Scheme:
             monitor = self.monitor(particles, dt, every=options.checkEvery)
         return Simulation(state, self.rates(particles), particles.domain, particles.supports,
                           dt, stepper=self.stepper if stepper is None else stepper,
-                          options=options, monitor=monitor,
+                          options=options, monitor=monitor, scenes=particles.scenes,
                           **kwargs)
 
 

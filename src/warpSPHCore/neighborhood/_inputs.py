@@ -35,6 +35,9 @@ class SearchInputs:
     device: torch.device
     d: int
     aliased: bool
+    #: int32 ``[N_q]`` / ``[N_r]`` scene indices, or None (one scene; see `neighborhood.scenes`)
+    qScenes: torch.Tensor | None = None
+    rScenes: torch.Tensor | None = None
 
     @property
     def numQueries(self) -> int:

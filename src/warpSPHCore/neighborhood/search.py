@@ -22,6 +22,7 @@ from ._inputs import (
 )
 from .flags import raiseForFlags, readback
 from .grid import _gridStruct, buildGrid
+from .scenes import embedScenes, sceneTensors
 
 __all__ = [
     "MAX_EDGES",
@@ -154,14 +155,44 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
 
 
 def searchInputs(where: str, queryParticles, domain, referenceParticles=None) -> SearchInputs:
-    """Validated inputs from particle states (attribute bags) and a domain."""
+    """Validated inputs from particle states (attribute bags) and a domain, with the sets'
+    scene indices when they carry them (`neighborhood.scenes`)."""
     qPos, qSup = particleTensors(where, "queryParticles", queryParticles)
     if referenceParticles is None:
         rPos, rSup = qPos, qSup
     else:
         rPos, rSup = particleTensors(where, "referenceParticles", referenceParticles)
     dMin, dMax, periodic = domainTensors(where, domain)
-    return prepareInputs(where, qPos, rPos, qSup, rSup, periodic, dMin, dMax)
+    inp = prepareInputs(where, qPos, rPos, qSup, rSup, periodic, dMin, dMax)
+    return sceneTensors(where, inp, queryParticles, referenceParticles)
+
+
+def search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool = True,
+           returnCompactHashMap: bool = False):
+    """Build the grid and search it; with scene indices, on the scene-separated inputs
+    (`neighborhood.scenes`), returning a list that stores the original inputs and the query
+    scene index (no grid: the separated one is of no use to an operator)."""
+    if inp.qScenes is None:
+        grid = buildGrid(inp, mode, L)
+        return searchWithGrid(where, inp, mode, grid, storeInputs=storeInputs,
+                              returnCompactHashMap=returnCompactHashMap)
+    if returnCompactHashMap:
+        raise ValueError(f"{where}: returnCompactHashMap=True with scenes; accepted: False (a "
+                         "grid over several scenes cannot keep them apart in an operator)")
+    separated = embedScenes(where, inp)
+    adjacency = searchWithGrid(where, separated, mode, buildGrid(separated, mode, L),
+                               storeInputs=False)
+    with trustedConstruction():
+        return AdjacencyList(
+            i=adjacency.i, j=adjacency.j, numNeighbors=adjacency.numNeighbors,
+            edgeOffsets=adjacency.edgeOffsets, numRows=adjacency.numRows,
+            numCols=adjacency.numCols,
+            queryPositions=inp.qPos if storeInputs else None,
+            referencePositions=inp.rPos if storeInputs else None,
+            querySupports=inp.qSup if storeInputs else None,
+            referenceSupports=inp.rSup if storeInputs else None,
+            hashMap=None, supportMode=adjacency.supportMode, verletScale=1.0,
+            sceneIndex=inp.qScenes)
 
 
 def radiusSearchCompactHashMap(queryParticles, domain, mode=SupportScheme.Gather,
@@ -191,6 +222,9 @@ def radiusSearchCompactHashMap(queryParticles, domain, mode=SupportScheme.Gather
         returnCompactHashMap: also return the grid.
         referenceParticles: the reference set (default: the query set itself).
 
+    Particles that carry scene indices (``.scenes``, on both sets) are paired only within
+    their scene (`neighborhood.scenes`); the list then carries ``sceneIndex``.
+
     Returns:
         AdjacencyList (int64 i/j, int32 numNeighbors/edgeOffsets), optionally with the
         CompactHashMap. Exactly one device->host readback (edge total + validity flags).
@@ -207,8 +241,7 @@ def radiusSearchCompactHashMap(queryParticles, domain, mode=SupportScheme.Gather
     m = modeUint(where, mode)
     inp = searchInputs(where, queryParticles, domain, referenceParticles)
     L = lengthForMode(where, hashMapLengthMode, fixedHashMapLength, inp.numReferences)
-    grid = buildGrid(inp, m, L)
-    return searchWithGrid(where, inp, m, grid, returnCompactHashMap=returnCompactHashMap)
+    return search(where, inp, m, L, returnCompactHashMap=returnCompactHashMap)
 
 
 def radiusSearchCompactHashMap_(queryPositions, referencePositions, querySupports,

@@ -24,9 +24,9 @@ from ..util.warpContext import launch
 from . import _kernels
 from ._inputs import SearchInputs, modeUint
 from .flags import computeFlags
-from .grid import _gridStruct, buildGrid, gridSupport
+from .grid import _gridStruct, gridSupport
 from .hashLength import getNextPrime
-from .search import finishCSR, searchInputs, searchWithGrid
+from .search import finishCSR, search, searchInputs
 from .traversal import makeAdjacencyData
 
 __all__ = ["buildVerletList", "deferVerletChecks", "filterVerletList", "verletRebuildFlag"]
@@ -76,13 +76,13 @@ def _scaledInputs(inp: SearchInputs, scale: float) -> SearchInputs:
         rSup = qSup if inp.rSup is inp.qSup else inp.rSup * scale
     return SearchInputs(qPos=qPos, rPos=rPos, qSup=qSup, rSup=rSup, periodic=inp.periodic,
                         dMin=inp.dMin, dMax=inp.dMax, dtype=inp.dtype, device=inp.device,
-                        d=inp.d, aliased=inp.aliased)
+                        d=inp.d, aliased=inp.aliased, qScenes=inp.qScenes,
+                        rScenes=inp.rScenes)
 
 
 def _build(where: str, inp: SearchInputs, mode: int, scale: float) -> AdjacencyList:
     scaled = _scaledInputs(inp, scale)
-    grid = buildGrid(scaled, mode, getNextPrime(inp.numReferences))
-    adjacency = searchWithGrid(where, scaled, mode, grid)
+    adjacency = search(where, scaled, mode, getNextPrime(inp.numReferences))
     adjacency.verletScale = scale
     return adjacency
 
@@ -99,6 +99,8 @@ def _hostRebuildReason(prior, inp: SearchInputs, mode: int, scale: float) -> str
     if prior.numRows != inp.numQueries or prior.numCols != inp.numReferences:
         return (f"particle counts changed ({prior.numRows}x{prior.numCols} -> "
                 f"{inp.numQueries}x{inp.numReferences})")
+    if (prior.sceneIndex is None) != (inp.qScenes is None):
+        return "scene indices added or removed"
     if int(prior.supportMode) != mode:
         return f"support mode changed ({prior.supportMode.name} -> {SupportScheme(mode).name})"
     if prior.verletScale != scale:
@@ -249,6 +251,10 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
     if adjacency.device != inp.device:
         raise ValueError(f"{where}: adjacency is on {adjacency.device}; the particles are on "
                          f"{inp.device}")
+    if inp.qScenes is not None and adjacency.sceneIndex is None:
+        raise ValueError(f"{where}: the particles carry scene indices but the list was built "
+                         "without them (it may pair particles of different scenes); accepted: "
+                         "a list from a search of particles with scenes")
     dev = inp.device
     counts = torch.zeros(nq, dtype=torch.int32, device=dev)
     if nq > 0 and nr > 0:
@@ -281,4 +287,4 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
             i=i, j=j, numNeighbors=counts, edgeOffsets=edgeOffsets, numRows=nq, numCols=nr,
             queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
             referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
-            verletScale=1.0)
+            verletScale=1.0, sceneIndex=adjacency.sceneIndex)
