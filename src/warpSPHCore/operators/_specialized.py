@@ -75,7 +75,7 @@ from ._coefficients import (
     gradientPairVJP_ij,
     laplacianDifference_ij,
 )
-from ._momentumPair import momentumPair, momentumRows
+from ._momentumPair import momentumPair, momentumRows, pairViscosity, weightedPressure
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
@@ -143,6 +143,9 @@ def configurationOf(config: dict, scheme: bool = False) -> Configuration | None:
                          calibrate=bool(config["calibrateNormalization"]),
                          gradientScheme=int(config["gradientMode"]) if scheme else 0)
 
+
+#: r_ij^2 <= max(h_i, h_j)^2 (1 + 1e-6): the pairs a specialised pair loop evaluates
+_SKIP_MARGIN = 1.0 + 1.0e-6
 
 _BUILT: set = set()
 
@@ -221,7 +224,13 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
             x_ij = x_i - r.positions[j]
             for a in range(wp.static(D)):
                 x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
-            res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
+            # every pair term is a compact kernel's quantity: exactly 0 beyond the larger
+            # support of the pair, whatever the support scheme, so a pair there (a Verlet
+            # list's buffer: a fifth of its pairs at a 10 % skin) is skipped; the threshold
+            # keeps a relative margin so no pair the kernel evaluates is ever skipped
+            hmax = wp.max(h_i, r.supports[j])
+            if wp.dot(x_ij, x_ij) <= hmax * hmax * S(_SKIP_MARGIN):
+                res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
         return res
 
     @specialFunction(tag, inline=None)
@@ -732,6 +741,187 @@ def momentumSpecialized(config: dict):
     state)."""
     cfg = configurationOf(config)
     return None if cfg is None else _momentumKernel(cfg)
+
+
+def momentumVJPWidth(d: int) -> int:
+    """Entries of the Momentum reverse kernel's per-query accumulator: the x_i adjoint (d),
+    h_i, then the field columns (p, rho, V, mu, u (d), u~ (d))."""
+    return 3 * d + 5
+
+
+@functools.cache
+def _momentumVJPKernel(cfg: Configuration):
+    """The Momentum's hand-written reverse kernel for one configuration: thread i traverses
+    its references once; per pair, the output cotangent (g_F, g_B) of row i gives the
+    cotangent of G_ij, whose adjoint (H_ij g_G, g_G . dG/dh) comes from one shape evaluation
+    (`kernels.specialized` ``gradVJP_ij``), and the adjoints of every field column, of x_ij
+    through D_ij and of h_ij follow from the pair formula by hand (docs/performance.md).
+    The reference side is scattered with atomics, the query side summed per thread."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    ACC = wp.types.vector(length=momentumVJPWidth(D), dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    mode = cfg.supportMode
+    tag = cfg.tag
+
+    @specialFunction("momentumVJPVector_" + tag)
+    def fieldVector(values: wp.array(dtype=S), base: wp.int32):
+        v = V()
+        for c in range(wp.static(D)):
+            v[c] = values[base + c]
+        return v
+
+    @specialFunction("momentumVJPSupport_" + tag)
+    def denominatorSupportAdjoint(g: S, h_i: S, h_j: S):
+        """(g dh_ij/dh_i, g dh_ij/dh_j) of `computePairwiseSupport` (D_ij's h_ij)."""
+        g_i = g
+        g_j = S(0.0)
+        if wp.static(mode == 12):
+            g_i = S(0.0)
+            g_j = g
+        elif wp.static(mode == 13):
+            g_i = g * S(0.5)
+            g_j = g * S(0.5)
+        elif wp.static(mode != 11):
+            if h_j > h_i:
+                g_i = S(0.0)
+                g_j = g
+        return g_i, g_j
+
+    @specialFunction("momentumVJP_" + tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        acc = ACC()
+        r_ij = wp.length(x_ij)
+        if r_ij > S(0.0):  # the primal's guard
+            h_j = r.supports[j]
+            Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
+            bi = i * F
+            bj = q.masses.shape[0] * F + j * F
+            vals = p.values
+            p_i = vals[bi]
+            rho_i = vals[bi + 1]
+            V_i = vals[bi + 2]
+            mu_i = vals[bi + 3]
+            u_i = fieldVector(vals, bi + 4)
+            ut_i = fieldVector(vals, bi + 4 + wp.static(D))
+            p_j = vals[bj]
+            rho_j = vals[bj + 1]
+            V_j = vals[bj + 2]
+            mu_j = vals[bj + 3]
+            u_j = fieldVector(vals, bj + 4)
+            ut_j = fieldVector(vals, bj + 4 + wp.static(D))
+            gF = p.seed[2 * i]
+            gB = p.seed[2 * i + 1]
+            if wp.static(cfg.calibrate):
+                gF = gF * ks.normalizationCoefficient
+                gB = gB * ks.normalizationCoefficient
+            w = V_i * V_i + V_j * V_j
+            muij = pairViscosity(mu_i, mu_j)
+            pt = weightedPressure(p_i, p_j, rho_i, rho_j)
+            du = u_i - u_j
+            gFdu = wp.dot(gF, du)
+            gFu_i = wp.dot(gF, u_i)
+            gFu_j = wp.dot(gF, u_j)
+            iD2 = S(1.0) / (Dn * Dn)
+            # the cotangent of G_ij (nothing in it depends on G)
+            gG = w * ((muij * gFdu * iD2) * x_ij - pt * gF
+                      + S(0.5) * (rho_i * gFu_i * (ut_i - u_i) + rho_j * gFu_j * (ut_j - u_j))
+                      + gB)
+            Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, h_j, gG)
+            xG = wp.dot(x_ij, Gv)
+            vis = muij * xG * iD2
+            c_i = wp.dot(ut_i - u_i, Gv)
+            c_j = wp.dot(ut_j - u_j, Gv)
+            gFG = wp.dot(gF, Gv)
+            bracket = (vis * gFdu - pt * gFG + S(0.5) * (rho_i * c_i * gFu_i + rho_j * c_j * gFu_j)
+                       + wp.dot(gB, Gv))
+            gV_i = S(2.0) * V_i * bracket
+            gV_j = S(2.0) * V_j * bracket
+            gmuij = w * xG * iD2 * gFdu
+            sm = mu_i + mu_j
+            gmu_i = S(0.0)
+            gmu_j = S(0.0)
+            if sm > S(0.0):
+                gmu_i = gmuij * S(2.0) * mu_j * mu_j / (sm * sm)
+                gmu_j = gmuij * S(2.0) * mu_i * mu_i / (sm * sm)
+            gpt = -w * gFG
+            sr = rho_i + rho_j
+            gp_i = S(0.0)
+            gp_j = S(0.0)
+            grho_i = S(0.5) * w * c_i * gFu_i
+            grho_j = S(0.5) * w * c_j * gFu_j
+            if sr > S(0.0):
+                gp_i = gpt * rho_j / sr
+                gp_j = gpt * rho_i / sr
+                grho_i = grho_i + gpt * (p_j - pt) / sr
+                grho_j = grho_j + gpt * (p_i - pt) / sr
+            gu_i = w * (vis * gF + S(0.5) * rho_i * (c_i * gF - gFu_i * Gv))
+            gu_j = w * (S(0.5) * rho_j * (c_j * gF - gFu_j * Gv) - vis * gF)
+            gut_i = (S(0.5) * w * rho_i * gFu_i) * Gv
+            gut_j = (S(0.5) * w * rho_j * gFu_j) * Gv
+            gD = S(-2.0) * w * muij * xG * gFdu * iD2 / Dn
+            gx = Hu + (w * muij * gFdu * iD2) * Gv + (gD / r_ij) * x_ij
+            gDh_i, gDh_j = denominatorSupportAdjoint(gD * S(LAPLACIAN_REG_N), h_i, h_j)
+            if p.hasRPositions:
+                wp.atomic_add(p.rPositions, j, -gx)
+            if p.hasRSupports:
+                wp.atomic_add(p.rSupports, j, gh_j + gDh_j)
+            if p.hasValues:
+                wp.atomic_add(p.gValues, bj, gp_j)
+                wp.atomic_add(p.gValues, bj + 1, grho_j)
+                wp.atomic_add(p.gValues, bj + 2, gV_j)
+                wp.atomic_add(p.gValues, bj + 3, gmu_j)
+                for c in range(wp.static(D)):
+                    wp.atomic_add(p.gValues, bj + 4 + c, gu_j[c])
+                    wp.atomic_add(p.gValues, bj + 4 + wp.static(D) + c, gut_j[c])
+            for c in range(wp.static(D)):
+                acc[c] = gx[c]
+                acc[wp.static(D + 5) + c] = gu_i[c]
+                acc[wp.static(2 * D + 5) + c] = gut_i[c]
+            acc[wp.static(D)] = gh_i + gDh_i
+            acc[wp.static(D + 1)] = gp_i
+            acc[wp.static(D + 2)] = grho_i
+            acc[wp.static(D + 3)] = gV_i
+            acc[wp.static(D + 4)] = gmu_i
+        return acc
+
+    rowSum = _neighborSum(pair, cfg, False, X, ACC)
+    admitted = _queryAdmitted(cfg)
+
+    def momentumVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                    cotangents: X, fieldWidth: wp.int32):
+        i = wp.tid()
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, 0, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         cotangents)
+            if cotangents.hasQPositions:
+                gx = V()
+                for c in range(wp.static(D)):
+                    gx[c] = val[c]
+                wp.atomic_add(cotangents.qPositions, i, gx)
+            if cotangents.hasQSupports:
+                wp.atomic_add(cotangents.qSupports, i, val[wp.static(D)])
+            if cotangents.hasValues:
+                bi = i * fieldWidth
+                for c in range(wp.static(D + 4)):
+                    wp.atomic_add(cotangents.gValues, bi + c, val[wp.static(D + 1) + c])
+                for c in range(wp.static(D)):
+                    wp.atomic_add(cotangents.gValues, bi + 4 + wp.static(D) + c,
+                                  val[wp.static(2 * D + 5) + c])
+
+    return _kernel(momentumVJP, "momentumVJP", cfg)
+
+
+def momentumVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Momentum: every configuration with a known kernel and
+    support scheme (the reverse spec's eligibility requires one)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _momentumVJPKernel(cfg)
 
 
 @functools.cache

@@ -33,8 +33,10 @@ the extrapolated values of the Adami et al. (2012) dummy particles and u~ = u (A
 A launch that no `wp.Tape` records (no gradient) runs the forward kernel specialised on the
 call's configuration (`_specialized.momentumSpecialized`).
 
-Derivatives: reverse mode w.r.t. positions, supports and every field column (Warp's
-generated adjoint through `StateAwareWarpFunction`). Forward mode: `momentumJVPKernel`, the
+Derivatives: reverse mode w.r.t. positions, supports and every field column: the
+hand-written reverse kernel of `_specialized.momentumVJPSpecialized` (one traversal, the
+per-pair adjoint written out) for every configuration with a specialised kernel, else Warp's
+generated adjoint through `StateAwareWarpFunction`. Forward mode: `momentumJVPKernel`, the
 exact derivative of the primal w.r.t. positions, supports and the field (the operator is not
 linear in its values, so value tangents also go through this kernel, with the primal field
 frozen in the tangent pack's ``values``); itself reverse-differentiable.
@@ -48,6 +50,8 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, gradientBuffersWithin, vectorView
+from ..autograd.specialize import specializationEnabled
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
     computePairwiseSupport,
@@ -66,7 +70,7 @@ from ._momentumPair import (
     weightedPressure,
     weightedPressureJVP,
 )
-from ._specialized import momentumSpecialized
+from ._specialized import configurationOf, momentumSpecialized, momentumVJPSpecialized
 from ._tangents import kernelGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 
@@ -302,6 +306,52 @@ def _queryThreads(ctx, extras):
     return ctx.numQueries
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+# the gradient buffers the reverse kernel may meet, per kernel argument: it writes positions,
+# supports and the field; the particle states' masses and densities are never read (their
+# volumes and densities are field columns), so their gradient is exactly zero and a buffer
+# there (a rate function passing rho = m / V along) needs nothing written
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"}, 8: {"*"}}
+
+
+class _ReverseKernelName:
+    """The reverse route's name: every eligible call runs the kernel specialised on its
+    configuration (`_specialized.momentumVJPSpecialized`), there is no generic one."""
+
+    key = "momentumVJPKernel"
+
+
+def _reverseEligible(config, args):
+    """Every configuration with a specialised kernel (a known smoothing kernel and support
+    scheme, specialisation on): Warp's adjoint of the pair loop costs about nine forward
+    passes, the hand-written one about two (docs/performance.md). A differentiable domain or
+    correction input keeps the tape path."""
+    return (specializationEnabled() and configurationOf(config) is not None
+            and gradientBuffersWithin(args, _REVERSE_FIELDS))
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
+    pack = structFor("cotangent", config["dim"], config["scalar"])()
+    rows = int(qs.positions.shape[0])
+    pack.values = values
+    pack.seed = vectorView(outputs[0].grad, qs.positions.dtype, 2 * rows)
+    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
+                             ("qSupports", "hasQSupports", qs.supports),
+                             ("rPositions", "hasRPositions", rs.positions),
+                             ("rSupports", "hasRSupports", rs.supports),
+                             ("gValues", "hasValues", values)):
+        setattr(pack, field, arr.grad)
+        setattr(pack, flag, arr.grad is not None)
+    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+
+
+MOMENTUM_REVERSE = ReverseSpec(kernel=_ReverseKernelName, eligible=_reverseEligible,
+                               build=_reverseLaunch, specialize=momentumVJPSpecialized)
+
+
 MOMENTUM_SPEC = OperatorSpec(
     kernel=momentumKernel,
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
@@ -310,5 +360,6 @@ MOMENTUM_SPEC = OperatorSpec(
     numThreads=_queryThreads,
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=momentumJVPKernel, geometryThreads=_queryThreads),
+    reverse=MOMENTUM_REVERSE,
     specialize=momentumSpecialized,
 )
