@@ -75,7 +75,7 @@ from ._coefficients import (
     gradientPairVJP_ij,
     laplacianDifference_ij,
 )
-from ._momentumPair import momentumPair, momentumRows, pairViscosity, weightedPressure
+from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
@@ -819,13 +819,23 @@ def _momentumVJPKernel(cfg: Configuration):
                 gF = gF * ks.normalizationCoefficient
                 gB = gB * ks.normalizationCoefficient
             w = V_i * V_i + V_j * V_j
-            muij = pairViscosity(mu_i, mu_j)
-            pt = weightedPressure(p_i, p_j, rho_i, rho_j)
+            # one reciprocal per denominator (a division costs what a dozen products do)
+            sm = mu_i + mu_j
+            ism = S(0.0)
+            if sm > S(0.0):
+                ism = S(1.0) / sm
+            muij = S(2.0) * mu_i * mu_j * ism  # `pairViscosity`
+            sr = rho_i + rho_j
+            isr = S(0.0)
+            if sr > S(0.0):
+                isr = S(1.0) / sr
+            pt = (rho_j * p_i + rho_i * p_j) * isr  # `weightedPressure`
             du = u_i - u_j
             gFdu = wp.dot(gF, du)
             gFu_i = wp.dot(gF, u_i)
             gFu_j = wp.dot(gF, u_j)
-            iD2 = S(1.0) / (Dn * Dn)
+            iD = S(1.0) / Dn
+            iD2 = iD * iD
             # the cotangent of G_ij (nothing in it depends on G)
             gG = w * ((muij * gFdu * iD2) * x_ij - pt * gF
                       + S(0.5) * (rho_i * gFu_i * (ut_i - u_i) + rho_j * gFu_j * (ut_j - u_j))
@@ -840,29 +850,19 @@ def _momentumVJPKernel(cfg: Configuration):
                        + wp.dot(gB, Gv))
             gV_i = S(2.0) * V_i * bracket
             gV_j = S(2.0) * V_j * bracket
-            gmuij = w * xG * iD2 * gFdu
-            sm = mu_i + mu_j
-            gmu_i = S(0.0)
-            gmu_j = S(0.0)
-            if sm > S(0.0):
-                gmu_i = gmuij * S(2.0) * mu_j * mu_j / (sm * sm)
-                gmu_j = gmuij * S(2.0) * mu_i * mu_i / (sm * sm)
-            gpt = -w * gFG
-            sr = rho_i + rho_j
-            gp_i = S(0.0)
-            gp_j = S(0.0)
-            grho_i = S(0.5) * w * c_i * gFu_i
-            grho_j = S(0.5) * w * c_j * gFu_j
-            if sr > S(0.0):
-                gp_i = gpt * rho_j / sr
-                gp_j = gpt * rho_i / sr
-                grho_i = grho_i + gpt * (p_j - pt) / sr
-                grho_j = grho_j + gpt * (p_i - pt) / sr
+            gmuij = w * xG * iD2 * gFdu * S(2.0) * ism * ism
+            gmu_i = gmuij * mu_j * mu_j
+            gmu_j = gmuij * mu_i * mu_i
+            gpt = -w * gFG * isr
+            gp_i = gpt * rho_j
+            gp_j = gpt * rho_i
+            grho_i = S(0.5) * w * c_i * gFu_i + gpt * (p_j - pt)
+            grho_j = S(0.5) * w * c_j * gFu_j + gpt * (p_i - pt)
             gu_i = w * (vis * gF + S(0.5) * rho_i * (c_i * gF - gFu_i * Gv))
             gu_j = w * (S(0.5) * rho_j * (c_j * gF - gFu_j * Gv) - vis * gF)
             gut_i = (S(0.5) * w * rho_i * gFu_i) * Gv
             gut_j = (S(0.5) * w * rho_j * gFu_j) * Gv
-            gD = S(-2.0) * w * muij * xG * gFdu * iD2 / Dn
+            gD = S(-2.0) * w * muij * xG * gFdu * iD2 * iD
             gx = Hu + (w * muij * gFdu * iD2) * Gv + (gD / r_ij) * x_ij
             gDh_i, gDh_j = denominatorSupportAdjoint(gD * S(LAPLACIAN_REG_N), h_i, h_j)
             if p.hasRPositions:
