@@ -142,3 +142,27 @@ def test_host_sync_census_of_a_batched_step_equals_one_scene(cases):
     one = syncs(*_single(cases[0]))
     batched = syncs(*batchScenes([_single(c) for c in cases]))
     assert batched == one and sum(one.values()) > 0
+
+
+def test_per_scene_reynolds_numbers_through_a_per_particle_viscosity():
+    """Scenes of one batch with different physics: the viscosity as one value per particle
+    (the scheme's momentum reads it per particle); each scene equals its own run, and the
+    time step and the per-scene limits follow each scene's viscosity."""
+    cases = [setup(TaylorGreenConfig(n=N, t=0.0, relax=0, re=re)) for re in (25.0, 100.0)]
+    particles, state = batchScenes([_single(c) for c in cases])
+    nu = torch.tensor([c.nu for c in cases], dtype=torch.float64)[particles.scenes.long()]
+    scheme = taylorGreenScheme(cases[0], viscosity=nu * cases[0].rho0)
+    dt = min(c.dt for c in cases)
+    res = rollout(state, dt, 30, scheme.rates(particles), scheme.neighbours(particles),
+                  stepper=scheme.stepper)
+    for b, case in enumerate(cases):
+        own = taylorGreenScheme(case)
+        p1, s1 = _single(case)
+        r1 = rollout(s1, dt, 30, own.rates(p1), own.neighbours(p1), stepper=own.stepper)
+        _close(splitScenes(res.state.velocities, particles)[b], r1.state.velocities,
+               f"scene {b} (Re {case.config.re})")
+        limit = own.timeStepLimit(p1)(r1.state)
+        _close(sceneTimeStepLimits(scheme, particles)(res.state)[b], limit,
+               f"scene {b} time-step limit")
+    assert scheme.timeStep(particles) == min(taylorGreenScheme(c).timeStep(_single(c)[0])
+                                             for c in cases)

@@ -147,7 +147,10 @@ def sceneTimeStepLimits(scheme, particles):
     (`Scheme.timeStepLimit` with the scene's largest speed as U), on the device."""
     h = scheme._h(particles)
     nu = scheme._nuTotal(particles)
-    nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
+    perParticle = isinstance(nu, torch.Tensor) and nu.dim() == 1
+    nuScene = sceneMax(nu.detach(), particles) if perParticle else None
+    nu = float(nu.detach()) if isinstance(nu, torch.Tensor) and not perParticle else \
+        (0.0 if perParticle else float(nu))
     g = scheme._gravity()
     cfl, c0 = scheme.cfl, scheme.c0
 
@@ -155,7 +158,10 @@ def sceneTimeStepLimits(scheme, particles):
         v = state.velocities.detach()
         speed = sceneMax(torch.linalg.vector_norm(v, dim=1), particles).clamp(min=0.0)
         dt = cfl * h / (c0 + speed)
-        if nu > 0:
+        if nuScene is not None:
+            dt = torch.minimum(dt, torch.where(nuScene > 0, 0.125 * h * h / nuScene,
+                                               torch.full_like(dt, math.inf)))
+        elif nu > 0:
             dt = torch.clamp(dt, max=0.125 * h * h / nu)
         if g > 0:
             dt = torch.clamp(dt, max=0.25 * math.sqrt(h / g))

@@ -363,6 +363,13 @@ class ParticleSet:
         return int(self.domain.min.shape[0])
 
 
+def _largest(value) -> float:
+    """The largest entry of a number or tensor, as a Python float (one readback)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().max()) if value.numel() else 0.0
+    return float(value)
+
+
 def _nonNegative(name, value):
     if isinstance(value, (int, float)) and not (value >= 0 and math.isfinite(value)):
         raise ValueError(f"{name}={value!r}; accepted: a finite number >= 0 (or a tensor)")
@@ -378,7 +385,9 @@ class Scheme:
         c0: artificial sound speed (`eos.referenceSoundSpeed`: 10 max(U, sqrt(2 |g| H))).
         equationOfState: `Tait` or `Linear`.
         density: ``"continuity"`` (the state carries densities) or ``"summation"``.
-        viscosity: laminar kinematic viscosity nu (Morris), a number or a 0-dim tensor.
+        viscosity: laminar kinematic viscosity nu (Morris), a number, a 0-dim tensor or an
+            ``[N]`` tensor (one value per particle: scenes of a batch with different
+            Reynolds numbers; the time step follows the largest).
         artificialViscosity: `ArtificialViscosity` or None.
         densityDiffusion: `DensityDiffusion` or None (continuity only).
         walls: `Walls` or None.
@@ -499,7 +508,7 @@ class Scheme:
         h = self._h(particles)
         dt = self.cfl * h / (self.c0 + float(maxSpeed))
         nu = self._nuTotal(particles)
-        nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
+        nu = _largest(nu)
         if nu > 0:
             dt = min(dt, 0.125 * h * h / nu)
         g = self._gravity()
@@ -512,7 +521,7 @@ class Scheme:
         speed as U), on the device; for `HealthMonitor`."""
         h = self._h(particles)
         nu = self._nuTotal(particles)
-        nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
+        nu = _largest(nu)
         g = self._gravity()
         cfl, c0 = self.cfl, self.c0
 
