@@ -10,8 +10,8 @@ periodic unit square, dx = 1/50, one CPU thread), in one run:
    the step's ratio to the sum of its calls and particles x steps per second;
 3. reverse mode through the Taylor-Green rate evaluation (volumes, then the fused Momentum,
    positions and velocities requiring grad, a fixed scalar loss of both outputs): each
-   call's forward and backward, with the hand-written reverse kernels (the Density's; the
-   Momentum has none and takes Warp's adjoint) and with every call on the tape
+   call's forward and backward, with the hand-written reverse kernels (the Density's and the
+   Momentum's) and with every call on the tape
    (``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1``, switched in the same process), interleaved;
 4. the hydrostatic tank of `warpsph run hydrostatic` (H/dx = 40: 3,200 fluid and 558 wall
    particles, its `Scheme`, predictor-corrector): each call of a rate evaluation timed alone

@@ -82,6 +82,8 @@ step bench-gradient 40 $PY benchmarks/bench_gradient.py --device "$DEV" --json "
 step bench-jvp 40 $PY benchmarks/bench_jvp.py --device "$DEV" --json "$W/bench-jvp.json"
 step census 25 $PY scripts/benchmarks/count_host_syncs.py --device "$DEV"
 step fluids 120 $PY scripts/benchmarks/fluids_device.py --device "$DEV" --json "$W/fluids.json"
+# 64 scenes of 225 particles as one batch against one after another (the GPU speedup)
+step scenes 90 $PY benchmarks/bench_scenes.py --device "$DEV" --sequential 4 --repeats 2 --json "$W/scenes.json"
 # issue 17 on one GPU: gloo with CUDA tensors (NCCL needs a GPU per rank), 2 ranks, 2D
 step distributed 120 $PY -m warpSPHCore distributed-check --nproc 2 --dims 2 --device "$DEV" --json "$W/distributed.json"
 
