@@ -26,7 +26,6 @@ the missing seeds. A run that finds everything complete only rewrites ``metadata
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from ..fluids.cases._common import torchThreads
 from .cases import DATASET_CASES, SPLITS, CaseSize, DatasetCase, lagrangeBenchTypes
 from .statistics import velocityStatistics
 
@@ -100,18 +100,6 @@ def resolveSize(case: DatasetCase, size) -> CaseSize:
     return size
 
 
-@contextlib.contextmanager
-def _threads(threads: int):
-    """torch's CPU threads set to `threads` (0: unchanged) inside the block. One thread is
-    the default of the cases too: their small tensor operations gain nothing from intra-op
-    threads, and on a loaded two-core machine two threads made a step many times slower."""
-    previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def simulateSeeds(case, seeds, size="small", *, dtype=torch.float64, device="cpu",
@@ -372,7 +360,7 @@ def generateDataset(case, out, *, size="small", seed: int = 0, trajectories=None
            "threads": threads, "batch": batch}
     from tqdm import tqdm
 
-    with _threads(threads), tqdm(total=total * steps, desc=f"dataset {case.name}",
+    with torchThreads(threads), tqdm(total=total * steps, desc=f"dataset {case.name}",
                                  unit="step", disable=not progress) as bar:
         for split in SPLITS:
             pending = todo[split]

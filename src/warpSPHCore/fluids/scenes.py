@@ -144,27 +144,16 @@ def sceneKineticEnergy(state: FluidState, particles) -> torch.Tensor:
 
 def sceneTimeStepLimits(scheme, particles):
     """``limit(state) -> [B]``: each scene's stable time step of a running state
-    (`Scheme.timeStepLimit` with the scene's largest speed as U), on the device."""
-    h = scheme._h(particles)
+    (`Scheme.stableStep` with the scene's largest speed as U and, for a per-particle
+    viscosity, the scene's largest viscosity), on the device."""
     nu = scheme._nuTotal(particles)
-    perParticle = isinstance(nu, torch.Tensor) and nu.dim() == 1
-    nuScene = sceneMax(nu.detach(), particles) if perParticle else None
-    nu = float(nu.detach()) if isinstance(nu, torch.Tensor) and not perParticle else \
-        (0.0 if perParticle else float(nu))
-    g = scheme._gravity()
-    cfl, c0 = scheme.cfl, scheme.c0
+    if isinstance(nu, torch.Tensor) and nu.dim() == 1:
+        nu = sceneMax(nu.detach(), particles)
+    else:
+        nu = float(nu.detach()) if isinstance(nu, torch.Tensor) else float(nu)
 
     def limit(state):
-        v = state.velocities.detach()
-        speed = sceneMax(torch.linalg.vector_norm(v, dim=1), particles).clamp(min=0.0)
-        dt = cfl * h / (c0 + speed)
-        if nuScene is not None:
-            dt = torch.minimum(dt, torch.where(nuScene > 0, 0.125 * h * h / nuScene,
-                                               torch.full_like(dt, math.inf)))
-        elif nu > 0:
-            dt = torch.clamp(dt, max=0.125 * h * h / nu)
-        if g > 0:
-            dt = torch.clamp(dt, max=0.25 * math.sqrt(h / g))
-        return dt
+        speed = sceneMax(torch.linalg.vector_norm(state.velocities.detach(), dim=1), particles)
+        return scheme.stableStep(particles, speed.clamp(min=0.0), nu)
 
     return limit

@@ -516,25 +516,40 @@ class Scheme:
             dt = min(dt, 0.25 * math.sqrt(h / g))
         return dt
 
+    def stableStep(self, particles: ParticleSet, speed: torch.Tensor, viscosity=None):
+        """The stable time step for the largest speed `speed` (a tensor of any shape: one
+        per scene, say), on the device: the acoustic limit cfl h / (c0 + U), the viscous
+        0.125 h^2 / nu and the body-force 0.25 sqrt(h / |g|).
+
+        Args:
+            particles: the `ParticleSet` (its spacing).
+            speed: U, a tensor.
+            viscosity: nu (artificial viscosity included) for the viscous limit: a number or
+                a tensor shaped like `speed`; None: the scheme's largest.
+        """
+        h = self._h(particles)
+        nu = _largest(self._nuTotal(particles)) if viscosity is None else viscosity
+        dt = self.cfl * h / (self.c0 + speed)
+        if isinstance(nu, torch.Tensor):
+            dt = torch.minimum(dt, torch.where(nu > 0, 0.125 * h * h / nu,
+                                               torch.full_like(dt, math.inf)))
+        elif nu > 0:
+            dt = torch.clamp(dt, max=0.125 * h * h / nu)
+        g = self._gravity()
+        if g > 0:
+            dt = torch.clamp(dt, max=0.25 * math.sqrt(h / g))
+        return dt
+
     def timeStepLimit(self, particles: ParticleSet) -> Callable:
         """``limit(state) -> 0-dim tensor``: the stable time step of a state (its largest
-        speed as U), on the device; for `HealthMonitor`."""
-        h = self._h(particles)
-        nu = self._nuTotal(particles)
-        nu = _largest(nu)
-        g = self._gravity()
-        cfl, c0 = self.cfl, self.c0
+        speed as U, `stableStep`), on the device; for `HealthMonitor`."""
+        nu = _largest(self._nuTotal(particles))
 
         def limit(state):
             v = state.velocities.detach()
             speed = torch.linalg.vector_norm(v, dim=1).amax() if v.shape[0] else \
                 torch.zeros((), dtype=v.dtype, device=v.device)
-            dt = cfl * h / (c0 + speed)
-            if nu > 0:
-                dt = torch.clamp(dt, max=0.125 * h * h / nu)
-            if g > 0:
-                dt = torch.clamp(dt, max=0.25 * math.sqrt(h / g))
-            return dt
+            return self.stableStep(particles, speed, nu)
 
         return limit
 

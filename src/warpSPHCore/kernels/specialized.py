@@ -157,8 +157,9 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
 
     @specialFunction(tag)
     def supportAdjoint(g: S, h_i: S, h_j: S):
-        """(g dh_ij/dh_i, g dh_ij/dh_j) of a non-averaged scheme (constants of the scheme;
-        max: the larger support's, h_i on a tie)."""
+        """(g dh_ij/dh_i, g dh_ij/dh_j) of `kernels.support.computePairwiseSupport`'s h_ij
+        (constants of the scheme; max, also for the averaged schemes: the larger support's,
+        h_i on a tie)."""
         g_i = g
         g_j = S(0.0)
         if wp.static(mode == 12):
@@ -252,4 +253,5 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
     ns.W, ns.gradW, ns.W_ij, ns.gradW_ij = W, gradW, W_ij, gradW_ij
     ns.gradVJP_ij = gradVJP_ij
     ns.valueVJP_ij = valueVJP_ij
+    ns.supportAdjoint = supportAdjoint
     return ns

@@ -811,23 +811,6 @@ def _momentumVJPKernel(cfg: Configuration):
             v[c] = values[base + c]
         return v
 
-    @specialFunction("momentumVJPSupport_" + tag)
-    def denominatorSupportAdjoint(g: S, h_i: S, h_j: S):
-        """(g dh_ij/dh_i, g dh_ij/dh_j) of `computePairwiseSupport` (D_ij's h_ij)."""
-        g_i = g
-        g_j = S(0.0)
-        if wp.static(mode == 12):
-            g_i = S(0.0)
-            g_j = g
-        elif wp.static(mode == 13):
-            g_i = g * S(0.5)
-            g_j = g * S(0.5)
-        elif wp.static(mode != 11):
-            if h_j > h_i:
-                g_i = S(0.0)
-                g_j = g
-        return g_i, g_j
-
     R = wp.types.vector(length=4 + 4 * D, dtype=S)
 
     @specialFunction("momentumVJPRow_" + tag)
@@ -925,7 +908,7 @@ def _momentumVJPKernel(cfg: Configuration):
             gut_j = (S(0.5) * w * rho_j * gFu_j) * Gv
             gD = S(-2.0) * w * muij * xG * gFdu * iD2 * iD
             gx = Hu + (w * muij * gFdu * iD2) * Gv + (gD / r_ij) * x_ij
-            gDh_i, gDh_j = denominatorSupportAdjoint(gD * S(LAPLACIAN_REG_N), h_i, h_j)
+            gDh_i, gDh_j = pk.supportAdjoint(gD * S(LAPLACIAN_REG_N), h_i, h_j)
             if p.hasRPositions:
                 wp.atomic_add(p.rPositions, j, -gx)
             if p.hasRSupports:
