@@ -6,6 +6,8 @@ against one scene's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -127,6 +129,11 @@ def test_batching_refuses_mismatched_scenes(cases):
         batchScenes([])
     with pytest.raises(ValueError, match="carries no scenes"):
         sceneSum(p0.masses, p0)
+    batch, _ = batchScenes([(p0, s0), (p0, s0)])
+    wrong = batch.scenes.clone()
+    wrong[7] = 2
+    with pytest.raises(ValueError, match=r"scenes holds 2 \(particle 7\).*\[0, 2\)"):
+        dataclasses.replace(batch, scenes=wrong)
 
 
 def test_host_sync_census_of_a_batched_step_equals_one_scene(cases):

@@ -318,7 +318,8 @@ class ParticleSet:
         container: ``(lower [d], upper [d])`` wall faces the fluid must stay inside
             (`health.boxContainer`), or None: checked by the health monitor.
         scenes: ``[N]`` int32 scene indices of B independent scenes in one set
-            (`fluids.scenes.batchScenes` builds one), or None (one scene).
+            (`fluids.scenes.batchScenes` builds one), or None (one scene); checked to lie in
+            ``[0, numScenes)`` at construction (one readback).
         numScenes: B (1 without scenes).
     """
 
@@ -357,6 +358,14 @@ class ParticleSet:
                 or self.numScenes < 1 or (sc is None and self.numScenes != 1):
             raise ValueError(f"ParticleSet: numScenes={self.numScenes!r}; accepted: an int "
                              ">= 1, and 1 without scenes")
+        if sc is not None and n:
+            lo, hi = (int(v) for v in torch.stack([sc.min(), sc.max()]).tolist())  # once
+            if lo < 0 or hi >= self.numScenes:
+                bad = lo if lo < 0 else hi
+                first = int(torch.nonzero(sc == bad)[0, 0])
+                raise ValueError(f"ParticleSet: scenes holds {bad} (particle {first}); "
+                                 f"accepted: scene indices in [0, numScenes) = "
+                                 f"[0, {self.numScenes})")
 
     @property
     def dimension(self) -> int:
