@@ -109,3 +109,10 @@ def test_distributed_optimize(tmp_path):
     stdout = runExample("distributed_optimize.py", tmp_path, "--nproc", "2")
     assert "reverse mode vs central FD" in stdout and "closer by" in stdout
     assert outputFiles(tmp_path) == {"distributed_optimize.json"}
+
+
+@pytest.mark.slow
+def test_batched_scene_inference(tmp_path):
+    stdout = runExample("batched_scene_inference.py", tmp_path)
+    assert "recovered" in stdout
+    assert "batched_scene_inference.json" in outputFiles(tmp_path)
