@@ -32,11 +32,13 @@ def _close(a, b, what):
     assert err <= TOL * scale, f"{what}: batched vs separate max error {err:.3e} (scale {scale:.3e})"
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2d", "3d"])
+@pytest.fixture(scope="module", params=[(2, (True, True)), (3, (True, True, False)),
+                                        (3, (True, True, True))],
+                ids=["2d", "3d", "3d-periodic"])
 def scenes(request):
-    d = request.param
-    g = torch.Generator().manual_seed(7 + d)
-    periodic = [True] * d if d == 2 else [True, True, False]
+    d, periodic = request.param
+    periodic = list(periodic)
+    g = torch.Generator().manual_seed(7 + d + sum(periodic))
     dom = DomainDescription(torch.zeros(d, dtype=F64), torch.ones(d, dtype=F64), periodic)
     h = 0.4
     parts = []
@@ -212,12 +214,22 @@ def test_verlet_list_keeps_scenes_and_rebuilds_when_they_appear(scenes):
     assert again is not v and again.sceneIndex is None
 
 
-def test_fully_periodic_3d_scenes_are_refused():
+def test_scenes_fully_periodic_3d_are_searched_one_by_one():
+    """No axis separates scenes in a 3D domain periodic on every axis: each scene is
+    searched on its own and the lists merged, so the pairs and their order within each row
+    are those of separate searches (the operators' outputs are bitwise the separate ones)."""
     d = 3
     dom = DomainDescription(torch.zeros(d, dtype=F64), torch.ones(d, dtype=F64), True)
-    x = torch.rand(10, d, dtype=F64)
-    p = ParticleState(x, torch.full((10,), 0.3, dtype=F64), torch.ones(10, dtype=F64),
-                      torch.zeros(10, dtype=torch.int32),
-                      scenes=torch.zeros(10, dtype=torch.int32))
-    with pytest.raises(ValueError, match="periodic on every axis"):
-        radiusSearchCompactHashMap(p, dom)
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.rand(30, d, generator=g, dtype=F64) for _ in range(3)]
+    h = torch.full((30,), 0.4, dtype=F64)
+    index = torch.tensor([2, 0, 1], dtype=torch.int32).repeat_interleave(30)
+    batch = ParticleState(torch.cat([xs[2], xs[0], xs[1]]), h.repeat(3), h.repeat(3),
+                          torch.zeros(90, dtype=torch.int32), scenes=index)
+    props = _props(WarpOperation.Density, {})
+    rho = warpOperation(batch, props, dom)
+    for block, b in enumerate((2, 0, 1)):
+        single = ParticleState(xs[b], h, h, torch.zeros(30, dtype=torch.int32))
+        pairs = radiusSearchCompactHashMap(single, dom, mode=SupportScheme.SuperSymmetric)
+        alone = warpOperation(single, props, dom, adjacency=pairs)
+        assert torch.equal(rho[30 * block:30 * (block + 1)], alone)

@@ -14,7 +14,10 @@ space the ordinary search already handles:
   of all coordinates on k plus 3 max(h). The shift rounds the coordinates, so a pair at
   r = h to the last bit may be decided differently from a separate search (its kernel
   weight is zero there).
-* d = 3 periodic on every axis has no free axis to separate scenes and is not supported.
+* d = 3 periodic on every axis has no free axis to separate scenes: each scene is searched
+  on its own (`search.searchEachScene`: the particles grouped by scene with a stable sort,
+  one search per scene, the lists merged into query order), exactly the pairs and order of
+  separate searches, at the cost of one readback per scene plus two for the scene sizes.
 
 The search itself, its one readback and its validity checks are unchanged; the returned
 `AdjacencyList` stores the original positions and supports (a Verlet list measures its
@@ -80,8 +83,10 @@ def _sceneRange(inp: SearchInputs):
     return both.amin().to(inp.dtype), both.amax().to(inp.dtype)
 
 
-def embedScenes(where: str, inp: SearchInputs) -> SearchInputs:
-    """The scene-separated search inputs of `inp` (module docstring). Device ops only."""
+def embedScenes(where: str, inp: SearchInputs) -> SearchInputs | None:
+    """The scene-separated search inputs of `inp` (module docstring), or None when no axis
+    can separate the scenes (3D, periodic on every axis). Device ops only (reading the
+    periodic flags back in 3D)."""
     if inp.numQueries == 0 or inp.numReferences == 0:
         return inp
     S = SCENE_SPACING * _maxSupport(inp)
@@ -101,9 +106,7 @@ def embedScenes(where: str, inp: SearchInputs) -> SearchInputs:
     else:
         free = [k for k, p in enumerate(inp.periodic.tolist()) if not p]
         if not free:
-            raise ValueError(f"{where}: scenes in a 3D domain periodic on every axis are not "
-                             "supported (no free axis separates them); accepted: scenes in 1D "
-                             "or 2D, or in 3D with at least one non-periodic axis")
+            return None  # no free axis: the caller searches each scene on its own
         k = free[0]
         coords = inp.qPos[:, k] if same else torch.cat([inp.qPos[:, k], inp.rPos[:, k]])
         cMin, cMax = coords.amin(), coords.amax()

@@ -22,6 +22,7 @@ from ._inputs import (
 )
 from .flags import raiseForFlags, readback
 from .grid import _gridStruct, buildGrid
+from .hashLength import getNextPrime
 from .scenes import embedScenes, sceneTensors
 
 __all__ = [
@@ -180,19 +181,65 @@ def search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool =
         raise ValueError(f"{where}: returnCompactHashMap=True with scenes; accepted: False (a "
                          "grid over several scenes cannot keep them apart in an operator)")
     separated = embedScenes(where, inp)
-    adjacency = searchWithGrid(where, separated, mode, buildGrid(separated, mode, L),
-                               storeInputs=False)
+    if separated is None:
+        i, j, counts, offsets = searchEachScene(where, inp, mode)
+    else:
+        a = searchWithGrid(where, separated, mode, buildGrid(separated, mode, L),
+                           storeInputs=False)
+        i, j, counts, offsets = a.i, a.j, a.numNeighbors, a.edgeOffsets
     with trustedConstruction():
         return AdjacencyList(
-            i=adjacency.i, j=adjacency.j, numNeighbors=adjacency.numNeighbors,
-            edgeOffsets=adjacency.edgeOffsets, numRows=adjacency.numRows,
-            numCols=adjacency.numCols,
+            i=i, j=j, numNeighbors=counts, edgeOffsets=offsets, numRows=inp.numQueries,
+            numCols=inp.numReferences,
             queryPositions=inp.qPos if storeInputs else None,
             referencePositions=inp.rPos if storeInputs else None,
             querySupports=inp.qSup if storeInputs else None,
             referenceSupports=inp.rSup if storeInputs else None,
-            hashMap=None, supportMode=adjacency.supportMode, verletScale=1.0,
+            hashMap=None, supportMode=SupportScheme(mode), verletScale=1.0,
             sceneIndex=inp.qScenes)
+
+
+def searchEachScene(where: str, inp: SearchInputs, mode: int):
+    """Each scene searched on its own, the lists merged: ``(i, j, counts, offsets)`` in the
+    original numbering, rows ascending, each row in its scene's search order. For scenes no
+    axis can separate (`neighborhood.scenes`: 3D, periodic on every axis). Readbacks: two
+    for the scene count and sizes, one per scene's search."""
+    dev = inp.device
+    same = inp.rPos is inp.qPos and inp.rScenes is inp.qScenes
+    qOrder = torch.argsort(inp.qScenes, stable=True)
+    rOrder = qOrder if same else torch.argsort(inp.rScenes, stable=True)
+    both = inp.qScenes if same else torch.cat([inp.qScenes, inp.rScenes])
+    lo = both.amin().to(torch.int64)
+    B = int((both.amax().to(torch.int64) - lo + 1).clamp(min=1))
+    sizes = torch.stack([torch.bincount(inp.qScenes.to(torch.int64) - lo, minlength=B),
+                         torch.bincount(inp.rScenes.to(torch.int64) - lo, minlength=B)])
+    qSizes, rSizes = sizes.tolist()
+    parts_i, parts_j = [], []
+    qa = ra = 0
+    for nq, nr in zip(qSizes, rSizes):
+        if nq and nr:
+            qi, ri = qOrder[qa:qa + nq], rOrder[ra:ra + nr]
+            qPos, qSup = inp.qPos[qi], inp.qSup[qi]
+            rPos, rSup = (qPos, qSup) if same else (inp.rPos[ri], inp.rSup[ri])
+            sub = SearchInputs(qPos=qPos, rPos=rPos, qSup=qSup,
+                               rSup=qSup if same and inp.aliased else rSup,
+                               periodic=inp.periodic, dMin=inp.dMin, dMax=inp.dMax,
+                               dtype=inp.dtype, device=dev, d=inp.d,
+                               aliased=inp.aliased and same)
+            a = searchWithGrid(where, sub, mode, buildGrid(sub, mode, getNextPrime(nr)),
+                               storeInputs=False)
+            parts_i.append(qi[a.i])
+            parts_j.append(ri[a.j])
+        qa += nq
+        ra += nr
+    empty = torch.empty(0, dtype=torch.int64, device=dev)
+    i = torch.cat(parts_i) if parts_i else empty
+    j = torch.cat(parts_j) if parts_j else empty
+    i, order = torch.sort(i, stable=True)
+    j = j[order]
+    counts = torch.bincount(i, minlength=inp.numQueries).to(torch.int32)
+    offsets = (torch.cumsum(counts, 0, dtype=torch.int64) - counts).to(torch.int32)
+    return i, j, counts, offsets
 
 
 def radiusSearchCompactHashMap(queryParticles, domain, mode=SupportScheme.Gather,
