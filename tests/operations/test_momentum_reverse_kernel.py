@@ -7,7 +7,8 @@ and against finite differences.
   gate keeps the tape.
 * Equivalence, float64, every gradient of the call (positions, supports and the field, both
   sets): 6 support schemes x {CSR, grid}; distinct sets; mixed kinds under masking modes;
-  lattice calibration; a periodic domain; 1D, 2D and 3D.
+  lattice calibration; a periodic domain; 1D, 2D and 3D (the default suite: two schemes and
+  2D; the rest is marked slow, each configuration compiling modules of its own).
 * gradcheck through the reverse kernel.
 """
 
@@ -83,15 +84,23 @@ def _assertSame(monkeypatch, *args, **kw):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11 * scale, msg=f"leaf {k}")
 
 
-@pytest.mark.parametrize("mode", list(SupportScheme), ids=lambda m: m.name)
-@pytest.mark.parametrize("traversal", ["csr", "grid"])
+# the default suite compiles two configurations (each a kernel module of its own, several
+# seconds cold); `make test-all` runs every support scheme on both traversals
+_DEFAULT = {(SupportScheme.Gather, "csr"), (SupportScheme.SuperSymmetric, "grid")}
+_SCHEMES = [pytest.param(m, t, id=f"{m.name}-{t}",
+                         marks=() if (m, t) in _DEFAULT else pytest.mark.slow)
+            for m in SupportScheme for t in ("csr", "grid")]
+
+
+@pytest.mark.parametrize("mode,traversal", _SCHEMES)
 def test_reverse_kernel_equals_tape_every_support_scheme(monkeypatch, mode, traversal):
     dom = makeDomain(2, F64, "cpu")
     q = marginCloud(24, 2, F64, "cpu", 3, domain=dom)
     _assertSame(monkeypatch, q, None, dom, props(MOM, supportMode=mode), traversal)
 
 
-@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("d", [pytest.param(1, marks=pytest.mark.slow), 2,
+                               pytest.param(3, marks=pytest.mark.slow)])
 def test_reverse_kernel_equals_tape_distinct_sets_and_dimensions(monkeypatch, d):
     dom = makeDomain(d, F64, "cpu")
     q, r = marginPair(14, 17, d, F64, "cpu", 5 + d, dom)
