@@ -144,8 +144,9 @@ def configurationOf(config: dict, scheme: bool = False) -> Configuration | None:
                          gradientScheme=int(config["gradientMode"]) if scheme else 0)
 
 
-#: r_ij^2 <= max(h_i, h_j)^2 (1 + 1e-6): the pairs a specialised pair loop evaluates
-_SKIP_MARGIN = 1.0 + 1.0e-6
+#: r_ij <= max(h_i, h_j) (1 + 1e-6): the Momentum's pairs evaluated (every pair term is a
+#: compact kernel's quantity; the margin keeps every pair the kernel evaluates)
+_BEYOND_SUPPORT = 1.0 + 1.0e-6
 
 _BUILT: set = set()
 
@@ -175,36 +176,17 @@ def _structs(cfg: Configuration):
 
 
 @functools.cache
-def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None,
-                 row=None):
+def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
     i that the interaction mode admits, by the configuration's traversal (module docstring).
     The sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
-    Momentum's 2 x d matrix).
-
-    `row`: ``(rowFn, rowType)``, the query's own data read once per row instead of once per
-    pair: ``rowFn(i, F, q, ks, extra) -> rowType``, passed to the pair term as a last argument
-    (``pairTerm(..., extra, rw)``)."""
+    Momentum's 2 x d matrix)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     mode = cfg.operationMode
     tag = f"{pairTerm.key}"
-    if row is None:
-        R = S
-        plainTerm = pairTerm
-
-        @specialFunction(tag)
-        def rowFn(i: wp.int32, F: wp.int32, q: P, ks: KS, extra: extraType):
-            return S(0.0)
-
-        @specialFunction(tag)
-        def pairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S,  # noqa: F811
-                     q: P, r: P, corr: C, ks: KS, extra: extraType, rw: R):
-            return plainTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
-    else:
-        rowFn, R = row
 
     if accumulator is not None:
         @specialFunction(tag)
@@ -234,7 +216,7 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
 
     @specialFunction(tag)
     def term(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_i: V, h_i: S, ext: V,
-             inv: V, q: P, r: P, corr: C, ks: KS, extra: extraType, rw: R):
+             inv: V, q: P, r: P, corr: C, ks: KS, extra: extraType):
         res = zero()
         admitted = True
         if wp.static(not allReferences):
@@ -243,13 +225,7 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
             x_ij = x_i - r.positions[j]
             for a in range(wp.static(D)):
                 x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
-            # every pair term is a compact kernel's quantity: exactly 0 beyond the larger
-            # support of the pair, whatever the support scheme, so a pair there (a Verlet
-            # list's buffer: a fifth of its pairs at a 10 % skin) is skipped; the threshold
-            # keeps a relative margin so no pair the kernel evaluates is ever skipped
-            hmax = wp.max(h_i, r.supports[j])
-            if wp.dot(x_ij, x_ij) <= hmax * hmax * S(_SKIP_MARGIN):
-                res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra, rw)
+            res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
         return res
 
     @specialFunction(tag, inline=None)
@@ -259,14 +235,12 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         nR = wp.int64(r.masses.shape[0])
         x_i = q.positions[i]
         h_i = q.supports[i]
-        rw = rowFn(i, F, q, ks, extra)
         ext, inv = box(dom)
         acc = zero()
         for e in range(rng[0], rng[0] + rng[1]):
             jl = adj.neighborList[e]
             if jl >= wp.int64(0) and jl < nR:
-                acc += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks, extra,
-                            rw)
+                acc += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks, extra)
             else:
                 flagError(adj.errors, adj.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e), jl, i, nR,
                           wp.int64(0))
@@ -278,7 +252,6 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         nR = wp.int64(r.masses.shape[0])
         x_i = q.positions[i]
         h_i = q.supports[i]
-        rw = rowFn(i, F, q, ks, extra)
         ext, inv = box(dom)
         cell = gridQueryCell(grid, x_i)
         acc = zero()
@@ -289,7 +262,7 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
                 jl = grid.sortIndex[slot]
                 if jl >= wp.int64(0) and jl < nR:
                     part += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks,
-                                 extra, rw)
+                                 extra)
                 else:
                     flagError(grid.errors, grid.site, KIND_GRID_INDEX_W, wp.int64(slot), jl, i,
                               nR, wp.int64(0))
@@ -718,42 +691,28 @@ def _momentumKernel(cfg: Configuration):
             v[c] = values[base + c]
         return v
 
-    R = wp.types.vector(length=4 + 2 * D, dtype=S)
-
-    @specialFunction("momentumRow_" + cfg.tag)
-    def queryField(i: wp.int32, F: wp.int32, q: P, ks: KS, extra: X):
-        """The query's field (p, rho, V, mu, u, u~), read once per row."""
-        rw = R()
-        bi = i * F
-        for c in range(wp.static(4 + 2 * D)):
-            rw[c] = extra[bi + c]
-        return rw
-
-    @specialFunction("momentumRowVector_" + cfg.tag)
-    def rowVector(rw: R, base: wp.int32):
-        v = V()
-        for c in range(wp.static(D)):
-            v[c] = rw[base + c]
-        return v
-
     @specialFunction("momentum_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, extra: X, rw: R):
+             corr: C, ks: KS, extra: X):
         res = M()
         r_ij = wp.length(x_ij)
-        if r_ij > S(0.0):  # the generic kernel's guard
-            h_j = r.supports[j]
+        h_j = r.supports[j]
+        # the generic kernel's guard; and a pair beyond the larger support (a Verlet list's
+        # buffer) contributes exactly 0 (G = 0 there), so its field is not read
+        if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j,
                                                                     wp.static(supportMode))
+            bi = i * F
             bj = q.masses.shape[0] * F + j * F
-            res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, rw[0], rw[1], rw[2],
-                               rw[3], rowVector(rw, 4), rowVector(rw, 4 + wp.static(D)),
-                               extra[bj], extra[bj + 1], extra[bj + 2], extra[bj + 3],
+            res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, extra[bi], extra[bi + 1],
+                               extra[bi + 2], extra[bi + 3], fieldVector(extra, bi + 4),
+                               fieldVector(extra, bi + 4 + wp.static(D)), extra[bj],
+                               extra[bj + 1], extra[bj + 2], extra[bj + 3],
                                fieldVector(extra, bj + 4),
                                fieldVector(extra, bj + 4 + wp.static(D)))
         return res
 
-    rowSum = _neighborSum(pair, cfg, False, X, M, (queryField, R))
+    rowSum = _neighborSum(pair, cfg, False, X, M)
     admitted = _queryAdmitted(cfg)
 
     def momentum(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -811,57 +770,36 @@ def _momentumVJPKernel(cfg: Configuration):
             v[c] = values[base + c]
         return v
 
-    R = wp.types.vector(length=4 + 4 * D, dtype=S)
-
-    @specialFunction("momentumVJPRow_" + tag)
-    def queryRow(i: wp.int32, F: wp.int32, q: P, ks: KS, p: X):
-        """The query's field (p, rho, V, mu, u, u~) and its output cotangent (g_F, g_B, the
-        calibration applied), read once per row."""
-        rw = R()
-        bi = i * F
-        for c in range(wp.static(4 + 2 * D)):
-            rw[c] = p.values[bi + c]
-        gF = p.seed[2 * i]
-        gB = p.seed[2 * i + 1]
-        if wp.static(cfg.calibrate):
-            gF = gF * ks.normalizationCoefficient
-            gB = gB * ks.normalizationCoefficient
-        for c in range(wp.static(D)):
-            rw[wp.static(4 + 2 * D) + c] = gF[c]
-            rw[wp.static(4 + 3 * D) + c] = gB[c]
-        return rw
-
-    @specialFunction("momentumVJPRowVector_" + tag)
-    def rowVector(rw: R, base: wp.int32):
-        v = V()
-        for c in range(wp.static(D)):
-            v[c] = rw[base + c]
-        return v
 
     @specialFunction("momentumVJP_" + tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, p: X, rw: R):
+             corr: C, ks: KS, p: X):
         acc = ACC()
         r_ij = wp.length(x_ij)
-        if r_ij > S(0.0):  # the primal's guard
-            h_j = r.supports[j]
+        h_j = r.supports[j]
+        # the primal's guard; beyond the larger support every adjoint of the pair is 0
+        if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
+            bi = i * F
             bj = q.masses.shape[0] * F + j * F
             vals = p.values
-            p_i = rw[0]
-            rho_i = rw[1]
-            V_i = rw[2]
-            mu_i = rw[3]
-            u_i = rowVector(rw, 4)
-            ut_i = rowVector(rw, wp.static(4 + D))
+            p_i = vals[bi]
+            rho_i = vals[bi + 1]
+            V_i = vals[bi + 2]
+            mu_i = vals[bi + 3]
+            u_i = fieldVector(vals, bi + 4)
+            ut_i = fieldVector(vals, bi + 4 + wp.static(D))
             p_j = vals[bj]
             rho_j = vals[bj + 1]
             V_j = vals[bj + 2]
             mu_j = vals[bj + 3]
             u_j = fieldVector(vals, bj + 4)
             ut_j = fieldVector(vals, bj + 4 + wp.static(D))
-            gF = rowVector(rw, wp.static(4 + 2 * D))
-            gB = rowVector(rw, wp.static(4 + 3 * D))
+            gF = p.seed[2 * i]
+            gB = p.seed[2 * i + 1]
+            if wp.static(cfg.calibrate):
+                gF = gF * ks.normalizationCoefficient
+                gB = gB * ks.normalizationCoefficient
             w = V_i * V_i + V_j * V_j
             # one reciprocal per denominator (a division costs what a dozen products do)
             sm = mu_i + mu_j
@@ -932,7 +870,7 @@ def _momentumVJPKernel(cfg: Configuration):
             acc[wp.static(D + 4)] = gmu_i
         return acc
 
-    rowSum = _neighborSum(pair, cfg, False, X, ACC, (queryRow, R))
+    rowSum = _neighborSum(pair, cfg, False, X, ACC)
     admitted = _queryAdmitted(cfg)
 
     def momentumVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
