@@ -8,8 +8,8 @@ gradient of the same loss.
 
 Each operator is one entry of `CASES` (a builder returning the loss, its primals and
 tangents); an entry whose operator has no geometry JVP kernel yet is skipped. Also pinned:
-double backward (`create_graph=True`, `torch.autograd.functional.hvp`/`jvp`) and
-forward-over-reverse raise `NotImplementedError` (never zeros, W37).
+reverse over reverse (`create_graph=True`, `torch.autograd.functional.vhp`/`jvp`) equals
+these products, and forward-over-reverse raises `NotImplementedError` (never zeros).
 """
 
 from __future__ import annotations
@@ -197,20 +197,31 @@ def _densityLoss():
     return fn, x, v
 
 
-def test_double_backward_raises():
-    fn, x, _ = _densityLoss()
-    xl = x.detach().clone().requires_grad_(True)
-    loss = fn(xl)
-    with pytest.raises(NotImplementedError, match="double backward"):
-        torch.autograd.grad(loss, xl, create_graph=True)
-
-
-@pytest.mark.parametrize("which", ["hvp", "jvp", "vhp"])
-def test_functional_second_order_raises(which):
+def test_reverse_over_reverse_equals_reverse_over_forward():
+    """A gradient taken with ``create_graph=True`` and differentiated again (reverse over
+    reverse) gives the Hessian-vector product of `hvp` (reverse over forward)."""
     fn, x, v = _densityLoss()
-    f = getattr(torch.autograd.functional, which)
-    with pytest.raises(NotImplementedError):
-        f(fn, x.detach().clone(), v)
+    xl = x.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(fn(xl), xl, create_graph=True)
+    (hv,) = torch.autograd.grad((g * v).sum(), xl)
+    _, ref = hvp(fn, x, v)
+    assertClose(hv, ref, 1e-12, 1e-13, "reverse over reverse vs reverse over forward")
+    assert float(ref.abs().max()) > 0
+
+
+@pytest.mark.parametrize("which", ["vhp", "jvp"])
+def test_functional_second_order(which):
+    """``torch.autograd.functional.vhp`` (reverse over reverse) and ``jvp`` (a backward
+    differentiated with respect to its cotangents) go through; ``hvp`` needs a third-order
+    graph and raises (`test_double_backward`)."""
+    fn, x, v = _densityLoss()
+    _, out = getattr(torch.autograd.functional, which)(fn, x.detach().clone(), v)
+    if which == "vhp":
+        _, ref = hvp(fn, x, v)
+    else:
+        with fwAD.dual_level():
+            ref = fwAD.unpack_dual(fn(fwAD.make_dual(x.detach().clone(), v))).tangent
+    assertClose(out, ref, 1e-12, 1e-13, which)
 
 
 def test_forward_over_reverse_raises():

@@ -802,7 +802,7 @@ def test_jvp_and_hvp(d, dtype, n, seed, op, tshape):
 
 
 def test_out_of_scope_and_unsupported():
-    """Out-of-scope forward mode, double backward, torch.func and preScatteredQuantities
+    """Out-of-scope forward mode, third derivatives, torch.func and preScatteredQuantities
     raise NotImplementedError naming the function."""
     _count("test_out_of_scope_and_unsupported")
     dtype = torch.float64
@@ -819,10 +819,11 @@ def test_out_of_scope_and_unsupported():
         exc=NotImplementedError)
     rejected(lambda: warpOperation(p, grad, dom, queryValues=v, preScatteredQuantities=v),
              ("preScatteredQuantities",), exc=NotImplementedError)
-    x = p.positions.clone().requires_grad_()
-    rho = warpOperation(ParticleState(x, p.supports, p.masses, p.kinds), dens, dom)
-    rejected(lambda: torch.autograd.grad(rho.sum(), x, create_graph=True),
-             ("double backward",), exc=NotImplementedError)
+    x = p.positions.clone()
+    rejected(lambda: torch.autograd.functional.hvp(
+        lambda y: warpOperation(ParticleState(y, p.supports, p.masses, p.kinds), dens,
+                                dom).pow(2).sum(), x.detach(), torch.ones_like(x)),
+        ("double backward", "third derivative"), exc=NotImplementedError)
     from torch.func import grad as fgrad
 
     def f(y):

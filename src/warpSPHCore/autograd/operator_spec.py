@@ -9,6 +9,7 @@ through it runs exactly like the `warpWrapper2` call it replaces.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -217,7 +218,40 @@ def _build_geometry_jvp_fn(spec: OperatorSpec, ctx: SPHContext, extras: dict, du
     def jvp_fn(bridgeCtx, flat_tangents):
         return dualRoute(spec, ctx, extras, flat_tangents, bridgeCtx.live_mask)
 
+    def rebind(swap: dict):
+        """The same rule on this call's state with tensors swapped (``{id(old): new}``): a
+        differentiable backward evaluates it on aliases of the saved inputs."""
+        return _build_geometry_jvp_fn(spec, rebindTensors(ctx, swap),
+                                      {k: rebindTensors(v, swap) for k, v in extras.items()},
+                                      dualRoute)
+
+    jvp_fn.rebind = rebind
     return jvp_fn
+
+
+def rebindTensors(obj, swap: dict):
+    """`obj` (a tensor, tuple, list or state dataclass, nested) with every tensor whose id is
+    a key of `swap` replaced by ``swap[id]``; objects holding none of them are returned as
+    they are (no copy, no validation rerun)."""
+    if isinstance(obj, torch.Tensor):
+        return swap.get(id(obj), obj)
+    if isinstance(obj, (tuple, list)):
+        new = [rebindTensors(x, swap) for x in obj]
+        if all(a is b for a, b in zip(new, obj)):
+            return obj
+        return type(obj)(new) if isinstance(obj, list) else tuple(new)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            if not f.init:
+                continue
+            v = getattr(obj, f.name)
+            if isinstance(v, (torch.Tensor, tuple, list)) or dataclasses.is_dataclass(v):
+                nv = rebindTensors(v, swap)
+                if nv is not v:
+                    changes[f.name] = nv
+        return dataclasses.replace(obj, **changes) if changes else obj
+    return obj
 
 
 def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **extras):

@@ -61,6 +61,8 @@ grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireVie
 
 from __future__ import annotations
 
+import types
+
 import torch
 import torch.autograd.forward_ad as fwAD
 import warp as wp
@@ -335,6 +337,31 @@ class StateAwareWarpFunction(torch.autograd.Function):
         ctx.input_shapes = tuple(t.shape if it else None for t, it in zip(flat_tensors, isTensor))
         ctx.kernel_name = _kernelName(kernel)
         ctx.jvp_fn = jvp_fn
+        # the forward-mode rule, kept (beside the saved tensors, which it reads as the same
+        # objects) for a differentiable backward; not under saved-tensor hooks (gradient
+        # checkpointing), whose point is that nothing but what they pack outlives forward
+        ctx.double_fn = None
+        ctx.double_reason = None
+        ctx.reported = None
+        if anyRG:
+            if jvp_fn is None:
+                ctx.double_reason = (
+                    "the launch has no forward-mode rule of its own (a forward-mode or "
+                    "derivative kernel: differentiating its backward would take a third "
+                    "derivative of the operator). torch.autograd.functional.hvp/jvp take that "
+                    "route (the double-backward trick); for a Hessian-vector product "
+                    "differentiate a gradient taken with create_graph=True (reverse over "
+                    "reverse, torch.autograd.functional.vhp), use warpSPHCore.autograd.hvp "
+                    "(reverse over forward) or warpOperationHVP (Density)")
+            elif _savedTensorHooksActive():
+                ctx.double_reason = ("it was recorded under saved-tensor hooks (gradient "
+                                     "checkpointing, save_on_cpu); run the segment without "
+                                     "checkpointing to differentiate its gradient")
+            elif getattr(jvp_fn, "rebind", None) is None:
+                ctx.double_reason = ("its forward-mode rule cannot be re-evaluated on the saved "
+                                     "inputs (no rebind)")
+            else:
+                ctx.double_fn = jvp_fn
         ctx.multi_output = multi
         ctx.output_meta = tuple(
             (tuple(o.shape), o.dtype, o.device, o.is_floating_point()) for o in outs
@@ -358,73 +385,10 @@ class StateAwareWarpFunction(torch.autograd.Function):
                     "Warp backward) is not supported; use reverse-over-forward (differentiate "
                     "the forward-mode tangent with torch.autograd.grad)"
                 )
-        if torch.is_grad_enabled():
-            raise NotImplementedError(
-                f"{ctx.kernel_name}: double backward (create_graph=True, and hence "
-                "torch.autograd.functional.jvp/hvp) through a Warp launch is not supported; "
-                "use torch.autograd.forward_ad for JVPs and reverse-over-forward "
-                "(warpSPHCore.autograd.hvp) for Hessian-vector products"
-            )
         unique = ctx.saved_tensors  # torch's in-place version check (and checkpoint's unpack)
-        saved = [unique[k] for k in ctx.saved_index]
-        nSide = ctx.side_count
-        real = saved[:len(saved) - nSide]
-        side = saved[len(saved) - nSide:]
-        flat = list(ctx.others)
-        for pos, t in zip(ctx.tensor_positions, real):
-            flat[pos] = t
-        isTensor = [isinstance(t, torch.Tensor) for t in flat]
-        device = wp.device_from_torch(ctx.output_meta[0][2]) if ctx.output_meta else None
-        with _StreamScope(device):
-            # 1. the call's views (zero-on-acquire), structs and outputs, rebuilt
-            warpArrays = _views(flat, isTensor, ctx.needs_grad, fieldCacheGradEnabled(),
-                                zero=True)
-            sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
-            args = _build(ctx.build_fn, warpArrays, sideViews, False)
-            # 2. the tape: the reverse kernel's launch, or the primal launch recorded (not
-            #    run) into fresh zero outputs that own their adjoint buffers (W24, W62)
-            tape = wp.Tape()
-            reverse = ctx.reverse
-            if reverse is not None:
-                result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
-                                      *args, requires_grad=True, mode="allocate")
-            else:
-                result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
-                                      *args, requires_grad=True, mode="record", tape=tape)
-            outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-            views = []
-            for o in outs:
-                v = o.__dict__.pop(COURIER)
-                if outputIsFloat(v.dtype) and v.grad is None:
-                    v.grad = castTorchToWarp(torch.zeros_like(o), v.dtype)
-                views.append(v)
-            if reverse is not None:
-                recordReverse(tape, reverse, ctx.build_fn.config, args, views, warpArrays)
-
-            # 3. seeds, copied into the outputs' own adjoint buffers by the tape (W24)
-            seeds = {}
-            for view, g, meta in zip(views, grad_outputs, ctx.output_meta):
-                if g is None or not meta[3] or g.numel() == 0:
-                    continue
-                seeds[view] = castTorchToWarp(g, view.dtype)
-            tape.backward(grads=seeds)
-
-            grads = []
-            seen = set()
-            for pos in range(nIn):
-                if not ctx.needs_grad[pos]:
-                    grads.append(None)
-                    continue
-                wa = warpArrays[pos]
-                if id(wa) in seen:
-                    grads.append(None)  # aliased role: already reported in full (W20)
-                    continue
-                seen.add(id(wa))
-                grads.append(_gradTensor(wa).clone().view(ctx.input_shapes[pos]))  # W23
-            tape.zero()
-        if eagerErrorChecks() and ctx.output_meta:
-            checkErrors(ctx.output_meta[0][2])
-        return (None,) * _N_NON_TENSOR + tuple(grads)
+        if torch.is_grad_enabled():  # create_graph=True: a backward that is differentiable
+            return (None,) * _N_NON_TENSOR + differentiableBackward(ctx, unique, grad_outputs)
+        return (None,) * _N_NON_TENSOR + _firstOrderGrads(ctx, unique, grad_outputs)
 
     @staticmethod
     def jvp(ctx, *tangents):
@@ -466,6 +430,197 @@ class StateAwareWarpFunction(torch.autograd.Function):
                     f"{len(meta)} outputs"
                 )
         return out
+
+
+def _firstOrderGrads(ctx, unique, grad_outputs) -> tuple:
+    """The gradients of one bridged launch (one per forward position, None where none is
+    reported) for the cotangents `grad_outputs`, from the saved tensors `unique`: the views,
+    structs and outputs rebuilt, the tape (or the hand-written reverse kernel) run once."""
+    nIn = len(ctx.needs_grad)
+    saved = [unique[k] for k in ctx.saved_index]
+    nSide = ctx.side_count
+    real = saved[:len(saved) - nSide]
+    side = saved[len(saved) - nSide:]
+    flat = list(ctx.others)
+    for pos, t in zip(ctx.tensor_positions, real):
+        flat[pos] = t
+    isTensor = [isinstance(t, torch.Tensor) for t in flat]
+    device = wp.device_from_torch(ctx.output_meta[0][2]) if ctx.output_meta else None
+    with _StreamScope(device):
+        # 1. the call's views (zero-on-acquire), structs and outputs, rebuilt
+        warpArrays = _views(flat, isTensor, ctx.needs_grad, fieldCacheGradEnabled(),
+                            zero=True)
+        sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
+        args = _build(ctx.build_fn, warpArrays, sideViews, False)
+        # 2. the tape: the reverse kernel's launch, or the primal launch recorded (not
+        #    run) into fresh zero outputs that own their adjoint buffers (W24, W62)
+        tape = wp.Tape()
+        reverse = ctx.reverse
+        if reverse is not None:
+            result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
+                                  *args, requires_grad=True, mode="allocate")
+        else:
+            result = ctx.launcher(ctx.taped_kernel, ctx.output_shape, ctx.output_dtype,
+                                  *args, requires_grad=True, mode="record", tape=tape)
+        outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        views = []
+        for o in outs:
+            v = o.__dict__.pop(COURIER)
+            if outputIsFloat(v.dtype) and v.grad is None:
+                v.grad = castTorchToWarp(torch.zeros_like(o), v.dtype)
+            views.append(v)
+        if reverse is not None:
+            recordReverse(tape, reverse, ctx.build_fn.config, args, views, warpArrays)
+
+        # 3. seeds, copied into the outputs' own adjoint buffers by the tape (W24)
+        seeds = {}
+        for view, g, meta in zip(views, grad_outputs, ctx.output_meta):
+            if g is None or not meta[3] or g.numel() == 0:
+                continue
+            seeds[view] = castTorchToWarp(g, view.dtype)
+        tape.backward(grads=seeds)
+
+        grads = []
+        seen = set()
+        for pos in range(nIn):
+            if not ctx.needs_grad[pos]:
+                grads.append(None)
+                continue
+            wa = warpArrays[pos]
+            if id(wa) in seen:
+                grads.append(None)  # aliased role: already reported in full (W20)
+                continue
+            seen.add(id(wa))
+            grads.append(_gradTensor(wa).clone().view(ctx.input_shapes[pos]))  # W23
+        tape.zero()
+    if eagerErrorChecks() and ctx.output_meta:
+        checkErrors(ctx.output_meta[0][2])
+    return tuple(grads)
+
+
+def _savedTensorHooksActive() -> bool:
+    """True while saved-tensor hooks are installed (gradient checkpointing, ``save_on_cpu``,
+    a user's ``saved_tensors_hooks``): the saved tensors backward receives are then not the
+    objects the forward saw."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def _flatOf(ctx, unique) -> list:
+    """The forward's flat argument list rebuilt from the saved tensors `unique`."""
+    saved = [unique[k] for k in ctx.saved_index]
+    real = saved[:len(saved) - ctx.side_count]
+    flat = list(ctx.others)
+    for pos, t in zip(ctx.tensor_positions, real):
+        flat[pos] = t
+    return flat
+
+
+def differentiableBackward(ctx, unique, grad_outputs) -> tuple:
+    """The backward of one bridged launch as a differentiable function of its inputs and of
+    the cotangents (``create_graph=True``): the gradients the first-order route computes,
+    recorded as `_BackwardOfBackward`, whose own backward is the operator's forward-mode rule
+    (the cotangents' adjoint is J c) and reverse mode through that rule (the inputs' adjoint
+    is grad_x <u, J(x) c>). Returns one entry per forward position, as `_firstOrderGrads`."""
+    reason = None
+    if ctx.double_fn is None:
+        reason = ctx.double_reason
+    if reason is not None:
+        raise NotImplementedError(
+            f"{ctx.kernel_name}: double backward (create_graph=True, torch.autograd."
+            f"functional.hvp/jvp, gradgradcheck) is not available for this call: {reason}")
+    floatOut = [k for k, m in enumerate(ctx.output_meta) if m[3]]
+    seeds = []
+    for k in floatOut:
+        g = grad_outputs[k]
+        shape, dtype, device, _ = ctx.output_meta[k]
+        seeds.append(g if g is not None else torch.zeros(shape, dtype=dtype, device=device))
+    outs = _BackwardOfBackward.apply(ctx, tuple(floatOut), len(seeds), *seeds, *unique)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    it = iter(outs)
+    return tuple(next(it) if r else None for r in ctx.reported)
+
+
+class _BackwardOfBackward(torch.autograd.Function):
+    """The first-order backward of one bridged launch (node `ctx` of
+    `StateAwareWarpFunction`) as a differentiable function of the cotangents u and the saved
+    inputs x: forward runs `_firstOrderGrads` (g = J(x)^T u, the Warp kernels); backward,
+    for the cotangents c of g, returns J(x) c for u (the operator's forward-mode rule) and
+    grad_x <u, J(x) c> for x (reverse mode through that rule: <c, J^T u> = <u, J c>)."""
+
+    @staticmethod
+    def forward(bctx, node, floatOut, nSeeds, *tensors):
+        seeds, unique = tensors[:nSeeds], tensors[nSeeds:]
+        grads = [None] * len(node.output_meta)
+        for k, g in zip(floatOut, seeds):
+            grads[k] = g
+        first = _firstOrderGrads(node, unique, grads)
+        node.reported = tuple(g is not None for g in first)
+        bctx.node = node
+        bctx.float_out = floatOut
+        bctx.n_seeds = nSeeds
+        bctx.save_for_backward(*tensors)
+        return tuple(g for g in first if g is not None)
+
+    @staticmethod
+    def backward(bctx, *cotangents):
+        node = bctx.node
+        create = torch.is_grad_enabled()
+        tensors = bctx.saved_tensors
+        nSeeds = bctx.n_seeds
+        seeds, unique = tensors[:nSeeds], tensors[nSeeds:]
+        flat = _flatOf(node, unique)
+        nIn = len(flat)
+        # the tangent of every differentiated position: the cotangent of the gradient that
+        # reports it, or (an aliased role, reported in full at an earlier position) that of
+        # the earlier position holding the same tensor
+        cot = iter(cotangents)
+        tangents = [None] * nIn
+        for pos in range(nIn):
+            if node.reported[pos]:
+                tangents[pos] = next(cot)
+        for pos in range(nIn):
+            if node.needs_grad[pos] and not node.reported[pos]:
+                for q in range(pos):
+                    if node.reported[q] and flat[q] is flat[pos]:
+                        tangents[pos] = tangents[q]
+                        break
+        mask = [t is not None for t in tangents]
+        live = types.SimpleNamespace(live_mask=list(mask))
+        xs = [t for t in unique if isinstance(t, torch.Tensor) and t.requires_grad
+              and t.is_floating_point()]
+        gx = [None] * len(xs)
+        jc = [None] * len(seeds)
+        if any(mask):
+            with torch.enable_grad():
+                # the rule evaluated on aliases of the inputs: the gradient is taken at the
+                # aliases, so it never runs back through the inputs' own history (nor through
+                # the cotangents', which depend on the inputs too), and stays connected to
+                # the inputs for a third derivative
+                aliases = {id(t): t.view_as(t) for t in xs}
+                try:
+                    out = node.double_fn.rebind(aliases)(live, tangents)
+                except NotImplementedError as e:  # the forward-mode rule's scope is the limit
+                    raise NotImplementedError(
+                        f"{node.kernel_name}: double backward (create_graph=True) goes through "
+                        f"the operator's forward-mode rule, which does not cover this call: {e}"
+                    ) from e
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                jc = [outs[k] if k < len(outs) else None for k in bctx.float_out]
+                terms = [(u * t).sum() for u, t in zip(seeds, jc) if t is not None]
+                inputs = [aliases[id(t)] for t in xs]
+                if terms and inputs:
+                    total = terms[0]
+                    for term in terms[1:]:
+                        total = total + term
+                    if total.requires_grad:
+                        gx = list(torch.autograd.grad(total, inputs, allow_unused=True,
+                                                      create_graph=create))
+        byId = {id(t): g for t, g in zip(xs, gx)}
+        gSeeds = [None if t is None else (t if create else t.detach()) for t in jc]
+        gUnique = [byId.get(id(t)) if isinstance(t, torch.Tensor) else None for t in unique]
+        if not create:
+            gUnique = [g.detach() if g is not None else None for g in gUnique]
+        return (None, None, None) + tuple(gSeeds) + tuple(gUnique)
 
 
 def bridgeApply(jvp_fn, build_fn, launcher, kernel, output_shape, output_dtype, *flat_tensors):

@@ -179,24 +179,34 @@ def _launchFlat(kernel, flat, build_state, scalar, additionalArguments=(), outpu
 
     wrapped_jvp = jvp_fn
     if jvp_fn is not None and prunedIdx:
-        def wrapped_jvp(ctx, flat_tangents, *rest, **kw):  # noqa: F811
-            # re-expand to absolute slots: pruned (inert) positions have no live tangent
-            fullT = [None] * n
-            for idx, tg in zip(trackedIdx, flat_tangents):
-                fullT[idx] = tg
-            mask = getattr(ctx, "live_mask", None)
-            if mask is not None and len(mask) == len(trackedIdx):
-                fullMask = [False] * n
-                for idx, live in zip(trackedIdx, mask):
-                    fullMask[idx] = bool(live)
-                ctx.live_mask = fullMask
-            return jvp_fn(ctx, fullT, *rest, **kw)
+        wrapped_jvp = _expandedRule(jvp_fn, n, trackedIdx)
 
     launcher = launch_kernel
     if numThreads is not None or lanes is not None:
         launcher = functools.partial(launch_kernel, numThreads=numThreads, lanes=lanes)
     return bridgeApply(wrapped_jvp, build_fn, launcher, kernel, outputShape,
                                         outputDtype, *tracked)
+
+
+def _expandedRule(jvp_fn, n: int, trackedIdx: list):
+    """`jvp_fn` called with the tracked positions' tangents re-expanded to absolute slots
+    (pruned, inert positions have no live tangent); keeps the rule's ``rebind``."""
+    def wrapped_jvp(ctx, flat_tangents, *rest, **kw):
+        fullT = [None] * n
+        for idx, tg in zip(trackedIdx, flat_tangents):
+            fullT[idx] = tg
+        mask = getattr(ctx, "live_mask", None)
+        if mask is not None and len(mask) == len(trackedIdx):
+            fullMask = [False] * n
+            for idx, live in zip(trackedIdx, mask):
+                fullMask[idx] = bool(live)
+            ctx.live_mask = fullMask
+        return jvp_fn(ctx, fullT, *rest, **kw)
+
+    rebind = getattr(jvp_fn, "rebind", None)
+    if rebind is not None:
+        wrapped_jvp.rebind = lambda swap: _expandedRule(rebind(swap), n, trackedIdx)
+    return wrapped_jvp
 
 
 def warpWrapper2(kernel, stateTuple, additionalArguments=(), outputShape=None, outputDtype=None,

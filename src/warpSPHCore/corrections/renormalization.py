@@ -77,8 +77,14 @@ def _bridgeLaunch(kernel, C, outputDtypes, jvp=None):
 
     jvp_fn = None
     if jvp is not None:
-        def jvp_fn(ctx, flat_tangents):
-            return jvp(fwAD.unpack_dual(C).primal, flat_tangents[0])
+        def rule(primal):
+            def jvp_fn(ctx, flat_tangents):
+                return jvp(fwAD.unpack_dual(primal).primal, flat_tangents[0])
+
+            jvp_fn.rebind = lambda swap: rule(swap.get(id(primal), primal))
+            return jvp_fn
+
+        jvp_fn = rule(C)
 
     return bridgeApply(jvp_fn, build_fn, launch_kernel, kernel, shape, dtype,
                                         C)
