@@ -4,7 +4,8 @@
     warpsph precompile [options]       compile the Warp kernels ahead of time (parallel),
                                        for users, containers and CI
     warpsph demo [PART] [options]      the demo (`demo/runner.py`): PART is all (default),
-                                       accuracy, inverse, jfnk, tgv, viscosity or search
+                                       accuracy, inverse, jfnk, tgv, viscosity, learn or
+                                       search
     warpsph run CASE [options]         a validation case of `fluids.cases` (CASES): tgv,
                                        poiseuille, cavity or dambreak;
                                        its options are the fields of the case's config
@@ -101,7 +102,7 @@ def _demo(args) -> int:
         rc = _search(args)
         summary = json.loads((out / "demo.json").read_text())
         extra = "\n".join([
-            "## 6. Neighbour search", "",
+            "## 7. Neighbour search", "",
             f"{summary['particles']} particles, {summary['pairs']} pairs (mean "
             f"{summary['meanNeighbors']:.1f} neighbours), median search "
             f"{summary['medianSearchMs']:.2f} ms; brute force agrees on "
@@ -384,13 +385,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, Warp devices and kernels")
     d = sub.add_parser("demo", help="accuracy study, inverse problem, JFNK, Taylor-Green "
-                       "vortex, viscosity recovery through a rollout and neighbour search; "
+                       "vortex, viscosity recovery through a rollout, a learned closure trained through the "
+                       "solver and neighbour search; "
                        "figures and report.md in --out")
     d.add_argument("part", nargs="?", default="all",
-                   choices=["all", "accuracy", "inverse", "jfnk", "tgv", "viscosity", "search"],
+                   choices=["all", "accuracy", "inverse", "jfnk", "tgv", "viscosity", "learn", "search"],
                    help="which part to run (default: all)")
     d.add_argument("--size", choices=["tiny", "small", "default"], default="default",
-                   help="problem sizes of the accuracy, inverse, jfnk, tgv and viscosity parts")
+                   help="problem sizes of the accuracy, inverse, jfnk, tgv, viscosity and learn "
+                   "parts")
     d.add_argument("--nx", type=int, default=128,
                    help="search part: particles per axis (default 128)")
     d.add_argument("--neighbors", type=float, default=50.0, help="target neighbour count")

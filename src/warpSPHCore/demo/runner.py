@@ -1,7 +1,7 @@
 """`warpsph demo`: run the parts, write ``results.json`` and ``report.md`` next to the figures,
 print a summary table.
 
-Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|search``):
+Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|learn|search``):
 
 1. ``accuracy``: SPH derivatives on jittered lattices, plain vs CRK vs renormalized (and the
    consistent Laplacian), orders, quadratic reproduction and a heat equation;
@@ -15,7 +15,10 @@ Parts (each also alone: ``warpsph demo accuracy|inverse|jfnk|tgv|viscosity|searc
 5. ``viscosity``: an inverse problem over a rollout: the viscosity of a Taylor-Green flow
    recovered from its velocity field by L-BFGS through reverse mode of the simulation
    (`demo.viscosity`);
-6. ``search``: the neighbour search on a jittered lattice against brute force (run by
+6. ``learn``: a solver-in-the-loop result: a three-coefficient closure of a coarse scheme
+   trained through batched differentiable rollouts, evaluated on held-out random flows
+   against a fine run (`demo.learn`);
+7. ``search``: the neighbour search on a jittered lattice against brute force (run by
    ``all`` too, at its small default size).
 """
 
@@ -29,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from . import accuracy, inverse, jfnk, tgv, viscosity
+from . import accuracy, inverse, jfnk, learn, tgv, viscosity
 
 __all__ = ["PARTS", "runParts", "writeReport"]
 
 PARTS = {"accuracy": accuracy.run, "inverse": inverse.run, "jfnk": jfnk.run, "tgv": tgv.run,
-         "viscosity": viscosity.run}
+         "viscosity": viscosity.run, "learn": learn.run}
 
 
 def _jsonable(x):

@@ -35,6 +35,8 @@ is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
 * `rollout`: many steps with the lists of `Simulation`, checkpointing, trajectories.
 * `loop`: `Simulation` / `simulate`: frames, tqdm progress, restart files that continue
   bitwise.
+* `fields`: `randomFourierVelocity`, random periodic divergence-free initial flows (the same
+  seed gives the same flow at every resolution).
 * `scenes`: B independent scenes in one particle set (`batchScenes`, `splitScenes`,
   per-scene sums, kinetic energies and time-step limits).
 * `cases`: the validation cases run by ``warpsph run CASE`` (`cases.CASES`).
@@ -49,6 +51,7 @@ from .eos import (
     taitPressure,
     taitSoundSpeed,
 )
+from .fields import fourierWaveVectors, randomFourierVelocity
 from .health import (
     HealthEvent,
     HealthMonitor,
@@ -122,6 +125,8 @@ from .walls import (
 )
 
 __all__ = [
+    "randomFourierVelocity",
+    "fourierWaveVectors",
     "batchScenes",
     "splitScenes",
     "sceneSum",
