@@ -385,11 +385,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, Warp devices and kernels")
     d = sub.add_parser("demo", help="accuracy study, inverse problem, JFNK, Taylor-Green "
-                       "vortex, viscosity recovery through a rollout, a learned closure trained through the "
-                       "solver and neighbour search; "
+                       "vortex, viscosity recovery through a rollout, a learned closure "
+                       "trained through the solver and neighbour search; "
                        "figures and report.md in --out")
     d.add_argument("part", nargs="?", default="all",
-                   choices=["all", "accuracy", "inverse", "jfnk", "tgv", "viscosity", "learn", "search"],
+                   choices=["all", "accuracy", "inverse", "jfnk", "tgv", "viscosity", "learn",
+                            "search"],
                    help="which part to run (default: all)")
     d.add_argument("--size", choices=["tiny", "small", "default"], default="default",
                    help="problem sizes of the accuracy, inverse, jfnk, tgv, viscosity and learn "
