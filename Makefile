@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_fluids.py
 	$(PY) benchmarks/bench_cases.py
 	$(PY) benchmarks/bench_scenes.py
+	$(PY) benchmarks/bench_func.py
 	$(PY) benchmarks/bench_distributed.py
 
 # Whole-repository host-sync census of one simulated step (autodiff.md §15.2).

@@ -9,6 +9,9 @@ operators, with the dual-tensor route of `operationsJVP`.
 
 from __future__ import annotations
 
+import torch
+
+from .autograd.functorch import FunctorchWrappedInput, functorchCall
 from .dataTypes.corrections import CRKState
 from .dataTypes.operationProperties import OperationProperties
 from .dataTypes.particleState import ParticleState
@@ -22,6 +25,7 @@ from .enumTypes import (
 )
 from .operationsHVP import warpOperationHVP
 from .operationsJVP import dualRouteJVP, warpOperationJVP
+from .operators import OPERATORS
 from .preparation import (  # noqa: F401  (historical private names, kept importable here)
     _checkAdjacency,
     _checkParticles,
@@ -96,11 +100,69 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             the accepted shapes.
         NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities.
     """
-    return runOperation(
-        queryParticles, operationProperties, domain, queryValues, referenceValues, queryVolumes,
-        referenceVolumes, adjacency, referenceParticles, preScatteredQuantities, crkState,
-        gradHState, renormalizationState, consistentDivergence, covarianceReturnNumNeighbors,
-        laplacianCorrectionState, dualRoute=dualRouteJVP)
+    args = (queryParticles, operationProperties, domain, queryValues, referenceValues,
+            queryVolumes, referenceVolumes, adjacency, referenceParticles, preScatteredQuantities,
+            crkState, gradHState, renormalizationState, consistentDivergence,
+            covarianceReturnNumNeighbors, laplacianCorrectionState)
+    try:
+        return runOperation(*args, dualRoute=dualRouteJVP)
+    except FunctorchWrappedInput:  # a torch.func transform (autograd.functorch)
+        return functorchCall(warpOperation, "warpOperation", args, {},
+                             batchFields=fieldBatchRule(args))
+
+
+def fieldBatchRule(args):
+    """The one-launch batching rule of a `torch.func.vmap` over value fields
+    (`autograd.functorch`): when only the query and reference values are batched, the batch
+    becomes a field axis right after the particle axis, so one neighbour traversal computes
+    every field, and the output's batch axis moves back to the front. Exact where the
+    operator treats leading field axes independently, which its registry entry's output
+    shape rule states: ``outputShape((B, *S)) == (B, *outputShape(S))``; otherwise (the
+    Momentum's fixed field, a batched position or correction) None, and the caller loops."""
+    props, queryValues, referenceValues = args[1], args[3], args[4]
+
+    def rule(call, xs, inDims, batch):
+        batched = [k for k, dim in enumerate(inDims) if dim is not None]
+        if not batched:
+            return None
+        roles = {}
+        for k in batched:
+            t = call.tensors[k]
+            if t is queryValues:
+                roles[k] = "query"
+            elif t is referenceValues:
+                roles[k] = "reference"
+            else:
+                return None  # a batched position, volume or correction: loop
+        entry = OPERATORS[WarpOperation(props.operation)]
+        k0 = batched[0]
+        fieldShape = tuple(xs[k0].shape[:inDims[k0]] + xs[k0].shape[inDims[k0] + 1:])[1:]
+        d = int(args[0].positions.shape[1])
+        try:
+            single = entry.outputShape(fieldShape, d, props)
+            wide = entry.outputShape((batch, *fieldShape), d, props)
+        except (ValueError, TypeError):
+            return None
+        if tuple(wide) != (batch, *tuple(single)):
+            return None
+        moved = list(xs)
+        for k in batched:
+            moved[k] = xs[k].movedim(inDims[k], 1)
+        for t, role in ((queryValues, "query"), (referenceValues, "reference")):
+            # a value input the transform does not batch is shared by every field
+            if isinstance(t, torch.Tensor) and role not in roles.values():
+                k = next((j for j, w in enumerate(call.tensors) if w is t), None)
+                if k is None:
+                    return None  # a plain tensor outside the call's inputs: loop
+                plain = moved[k]
+                moved[k] = plain.unsqueeze(1).expand(plain.shape[0], batch,
+                                                     *plain.shape[1:]).contiguous()
+        out = call(*moved)
+        if isinstance(out, tuple):
+            return None
+        return out.movedim(1, 0), 0
+
+    return rule
 
 
 def sphOperation_warp(queryPositions, referencePositions, querySupports, referenceSupports,

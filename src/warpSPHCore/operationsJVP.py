@@ -58,6 +58,7 @@ from .autograd.arg_extract import (
     SLOT_NAMES,
     STATE_SIZE,
 )
+from .autograd.functorch import anyWrapped, functorchCall
 from .autograd.jvpCommon import GeometryTangents, launchGeometryJVP
 from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOperator
 from .dataTypes.corrections import CRKTangentState, LaplacianCorrectionTangentState
@@ -337,6 +338,20 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """
+    arguments = dict(locals())
+    if anyWrapped(arguments):  # a torch.func transform (autograd.functorch)
+        return functorchCall(_warpOperationJVP, _WHERE, (), arguments)
+    return _warpOperationJVP(**arguments)
+
+
+def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryValues,
+                      tangentReferenceValues, queryTangentState, referenceTangentState,
+                      queryValues, referenceValues, queryVolumes, referenceVolumes,
+                      tangentQueryVolumes, tangentReferenceVolumes, adjacency,
+                      referenceParticles, crkState, crkTangentState, gradHState,
+                      renormalizationState, renormalizationTangentState, consistentDivergence,
+                      laplacianCorrectionState, laplacianCorrectionTangentState):
+    """`warpOperationJVP` on tensors no `torch.func` transform wraps."""
     op = WarpOperation(operationProperties.operation)
     entry = operatorEntry(op)
     scope = entry.jvp

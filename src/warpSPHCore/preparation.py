@@ -18,6 +18,7 @@ import math
 import torch
 
 from .autograd.callPlan import fingerprint, lookupPlan, recordPlan, seenBefore
+from .autograd.functorch import FunctorchWrappedInput
 from .autograd.operator_spec import Corrections, SPHContext, launchOperator
 from .dataTypes.adjacency import AdjacencyList
 from .dataTypes.compactHashMap import CompactHashMap
@@ -75,11 +76,11 @@ def _checkTensors(tensors, device):
     for name, t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{_WHERE}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if isFunctorchWrapped(t):
-            raise NotImplementedError(
-                f"{_WHERE}: {name} is a torch.func (functorch) wrapped tensor; torch.func "
-                "transforms are not supported by the Warp bridge. Use "
-                "torch.autograd.forward_ad (dual tensors) or reverse mode instead")
+        if isFunctorchWrapped(t):  # the entry point calls itself through `functorchCall`
+            raise FunctorchWrappedInput(
+                f"{_WHERE}: {name} is a torch.func (functorch) wrapped tensor, which the Warp "
+                "bridge cannot read; warpOperation and warpOperationJVP route such calls "
+                "through autograd.functorch")
     found = {name: t.dtype for name, t in tensors}
     bad = {n: dt for n, dt in found.items() if dt not in FLOAT_DTYPES}
     if bad:
@@ -256,8 +257,9 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     for name, t in (("queryParticles.kinds", queryParticles.kinds),
                     ("referenceParticles.kinds", referenceParticles.kinds)):
         if isinstance(t, torch.Tensor) and isFunctorchWrapped(t):
-            raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; use "
-                                      "torch.autograd.forward_ad instead")
+            raise NotImplementedError(f"{_WHERE}: {name} is a torch.func wrapped tensor; "
+                                      "accepted: transforms over floating-point inputs only "
+                                      "(kinds stay outside the transform)")
 
     d = int(domain.dim)
     nQ = _checkParticles("queryParticles", queryParticles, d, device)

@@ -258,12 +258,13 @@ def test_operation_dispatch_errors(device):
         warpOperation(p, props(), dom, gradHState="bad")
 
 
-def test_functorch_tensors_rejected(device):
+def test_functorch_jacrev_equals_autograd(device):
     p, dom = _simple(device)
 
     def fn(x):
         q = ParticleState(x, p.supports, p.masses, p.kinds, p.densities)
         return warpOperation(q, props(), dom)
 
-    with pytest.raises(NotImplementedError, match="forward_ad"):
-        torch.func.jacrev(fn)(p.positions)
+    jac = torch.func.jacrev(fn)(p.positions)
+    torch.testing.assert_close(jac, torch.autograd.functional.jacobian(fn, p.positions),
+                               rtol=1e-10, atol=1e-12)
