@@ -116,3 +116,10 @@ def test_batched_scene_inference(tmp_path):
     stdout = runExample("batched_scene_inference.py", tmp_path)
     assert "recovered" in stdout
     assert "batched_scene_inference.json" in outputFiles(tmp_path)
+
+
+@pytest.mark.slow
+def test_learned_closure(tmp_path):
+    stdout = runExample("learned_closure.py", tmp_path)
+    assert "central difference" in stdout and "held-out velocity error" in stdout
+    assert outputFiles(tmp_path) == {"learned_closure.json"}

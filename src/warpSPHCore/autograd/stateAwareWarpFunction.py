@@ -526,8 +526,8 @@ def differentiableBackward(ctx, unique, grad_outputs) -> tuple:
         reason = ctx.double_reason
     if reason is not None:
         raise NotImplementedError(
-            f"{ctx.kernel_name}: double backward (create_graph=True, torch.autograd."
-            f"functional.hvp/jvp, gradgradcheck) is not available for this call: {reason}")
+            f"{ctx.kernel_name}: double backward (differentiating this launch's backward, "
+            f"create_graph=True) is not available for this call: {reason}")
     floatOut = [k for k, m in enumerate(ctx.output_meta) if m[3]]
     seeds = []
     for k in floatOut:

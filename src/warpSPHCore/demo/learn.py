@@ -58,7 +58,7 @@ __all__ = ["run", "SETTINGS", "MomentumClosure", "LearnSetup"]
 #: per size: (coarse n, training horizon H in coarse steps, training flows, held-out flows,
 #: Adam iterations)
 SETTINGS = {"tiny": (12, 10, 2, 1, 2), "small": (16, 20, 4, 2, 10),
-            "default": (16, 40, 8, 4, 25)}
+            "default": (16, 40, 8, 4, 16)}
 NU, C0, SPEED, RMS, MODES, REFINE, EVERY = 0.01, 10.0, 1.0, 0.3, 3, 3, 10
 TRAIN_SEEDS, TEST_SEEDS = 100, 0  # the first seed of each group
 
