@@ -115,12 +115,25 @@ def _reachable(node):
 
 @pytest.mark.parametrize("op", ["Density", "Gradient"])
 def test_graph_node_holds_no_tensor(device, op):
+    """Besides its saved tensors, a node keeps only the forward-mode rule that a second
+    derivative needs (its call's state); under saved-tensor hooks (checkpointing) not even
+    that."""
     x, out = _op(device, op)
     node = _bridgeNode(out.grad_fn)
     assert node.jvp_fn is None  # dropped after apply by bridgeApply
+    assert node.double_fn is not None  # kept for a differentiable backward
+    rule = node.double_fn
+    node.double_fn = None
     held = [o for o in _reachable(node) if isinstance(o, (torch.Tensor, wp.array))]
+    node.double_fn = rule
     assert held == [], f"the graph node holds {[type(o).__name__ for o in held]}"
     assert any(t is x for t in node.saved_tensors)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        x2, out2 = _op(device, op)
+    node2 = _bridgeNode(out2.grad_fn)
+    assert node2.double_fn is None and "saved-tensor hooks" in node2.double_reason
+    held = [o for o in _reachable(node2) if isinstance(o, (torch.Tensor, wp.array))]
+    assert held == [], f"the graph node holds {[type(o).__name__ for o in held]}"
 
 
 @pytest.mark.parametrize("what", ["masses", "neighbours"])

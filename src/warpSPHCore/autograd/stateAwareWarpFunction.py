@@ -38,7 +38,9 @@ that needs a gradient saves its tensors (`save_for_backward`, each distinct obje
 and tensor-free metadata (`build_fn`, the launcher, the kernel, the output shapes, Fields);
 backward rebuilds the views, the structs, fresh zero outputs and a tape from the saved
 tensors and runs the tape's backward. Nothing else outlives the forward pass, so gradient
-checkpointing frees what it recomputes (docs/autograd.md).
+checkpointing frees what it recomputes (docs/autograd.md), with one exception outside
+saved-tensor hooks: the forward-mode rule (``ctx.double_fn``) that a differentiable backward
+(``create_graph=True``, `differentiableBackward`) evaluates; under hooks it is not kept.
 
 ``jvp_fn(ctx, flat_tangents) -> tangent | tuple``
     Optional forward-mode rule: ``flat_tangents`` is parallel to ``flat_tensors`` (``None``
