@@ -177,8 +177,33 @@ def _materialise(gs, call, xs):
     return [g if g is not None else torch.zeros_like(o) for g, o in zip(gs, outs)]
 
 
-class _FuncVJP(torch.autograd.Function):
+class _Derivative(torch.autograd.Function):
+    """A derivative Function of `_FuncOp`: a batching rule by a loop, and no derivative of
+    its own (`refusal` says which transform and what works instead)."""
+
+    refusal = ""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.where = inputs[0].where
+
+    @classmethod
+    def refuse(cls, ctx):
+        raise NotImplementedError(f"{ctx.where}: {cls.refusal}")
+
+    @classmethod
+    def vmap(cls, info, inDims, call, nx, *rest):
+        return _loop(lambda *s: cls.apply(call, nx, *s), info, inDims[2:], rest)
+
+
+class _FuncVJP(_Derivative):
     """``(x, g) -> J(x)^T g`` of the entry point, on plain tensors."""
+
+    refusal = ("a torch.func transform over a reverse transform (hessian = jacfwd(jacrev), "
+               "jacrev of grad, jvp of grad) is not supported; for second derivatives "
+               "differentiate a gradient taken with torch.autograd.grad(..., "
+               "create_graph=True) (reverse over reverse) or use warpSPHCore.autograd.hvp "
+               "(reverse over forward)")
 
     @staticmethod
     def forward(call, nx, *rest):
@@ -196,37 +221,24 @@ class _FuncVJP(torch.autograd.Function):
         return tuple(g if g is not None else torch.zeros_like(x) for g, x in zip(grads, xs))
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.where = inputs[0].where
-
-    @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"{ctx.where}: a reverse torch.func transform over a reverse transform (hessian, "
-            "jacrev of grad) is not supported; differentiate a gradient taken with "
-            "torch.autograd.grad(..., create_graph=True) outside torch.func instead, or use "
-            "forward over reverse's alternative, reverse over forward "
-            "(warpSPHCore.autograd.hvp)")
+        _FuncVJP.refuse(ctx)
 
     @staticmethod
     def jvp(ctx, *tangents):
-        raise NotImplementedError(
-            f"{ctx.where}: a forward torch.func transform over a reverse transform (hessian = "
-            "jacfwd(jacrev), jvp of grad) is not supported; for Hessians differentiate a "
-            "gradient taken with torch.autograd.grad(..., create_graph=True) (reverse over "
-            "reverse) or use warpSPHCore.autograd.hvp (reverse over forward)")
-
-    @staticmethod
-    def vmap(info, inDims, call, nx, *rest):
-        return _loop(lambda *s: _FuncVJP.apply(call, nx, *s), info, inDims[2:], rest)
+        _FuncVJP.refuse(ctx)
 
 
-class _FuncJVP(torch.autograd.Function):
+class _FuncJVP(_Derivative):
     """``(x, t) -> J(x) t`` of the entry point, on plain tensors. Not through dual tensors:
     a `torch.func.jvp` holds torch's one forward-mode level while this runs, so the tangent
     is the cotangents' derivative of a backward taken with ``create_graph=True``,
     d/du <J^T u, t> = J t, which the bridge's differentiable backward evaluates with the
     operators' forward-mode kernels."""
+
+    refusal = ("a reverse torch.func transform over a forward transform (jacrev of jvp) is "
+               "not supported; use reverse over forward with dual tensors "
+               "(warpSPHCore.autograd.hvp) instead")
 
     @staticmethod
     def forward(call, nx, *rest):
@@ -254,16 +266,5 @@ class _FuncJVP(torch.autograd.Function):
         return tuple(res) if isinstance(out, tuple) else res[0]
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.where = inputs[0].where
-
-    @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"{ctx.where}: a reverse torch.func transform over a forward transform (jacrev "
-            "of jvp) is not supported; use reverse over forward with dual tensors "
-            "(warpSPHCore.autograd.hvp) instead")
-
-    @staticmethod
-    def vmap(info, inDims, call, nx, *rest):
-        return _loop(lambda *s: _FuncJVP.apply(call, nx, *s), info, inDims[2:], rest)
+        _FuncJVP.refuse(ctx)
