@@ -332,7 +332,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
     Raises:
         NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
             Density/Covariance, grad-h with geometry tangents, Divergence dot mode or
-            consistent divergence, Curl in d != 2, CRK or renormalization with the Naive
+            consistent divergence, CRK or renormalization with the Naive
             Laplacian, CRK/renormalization/grad-h for
             Interpolate and Covariance.
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal

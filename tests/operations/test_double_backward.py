@@ -348,3 +348,19 @@ def test_double_backward_without_host_sync(op, traversal):
         h = run()
     assert c.total == 0, c.hits
     assert float(h.abs().max()) > 0
+
+
+def test_gradgradcheck_curl_3d():
+    """The Curl in 3D (G x c per component), positions and values, CSR."""
+    dom = makeDomain(3, F64, "cpu")
+    q = marginCloud(8, 3, F64, "cpu", seed=91, domain=dom)
+    adj = neighbourStructure("csr", q, dom)
+    f = torch.randn(8, 3, generator=torch.Generator().manual_seed(92), dtype=F64)
+    pr = props(WarpOperation.Curl, supportMode=KMS)
+
+    def fn(x, v):
+        return warpOperation(ParticleState(x, q.supports, q.masses, q.kinds, q.densities), pr,
+                             dom, queryValues=v, adjacency=adj)
+
+    leaves = (q.positions.detach().clone().requires_grad_(True), f.requires_grad_(True))
+    assert torch.autograd.gradgradcheck(fn, leaves, **GG)

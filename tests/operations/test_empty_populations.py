@@ -129,21 +129,16 @@ def test_every_operator_and_route(device, dim, population, traversal, corrected)
         jkw = {k: v for k, v in kw.items()
                if not (op in (W.Interpolate, W.Covariance) and k in ("crkState",
                                                                       "renormalizationState"))}
-        geometry = not (op == W.Curl and dim != 2)  # the Curl geometry JVP is 2D only
-        tk = {}
-        if geometry:
-            tk = dict(queryTangentState=ParticleTangentState(
-                positions=torch.ones_like(q.positions)),
-                referenceTangentState=ParticleTangentState(
-                    positions=torch.ones_like(r.positions)))
+        tk = dict(queryTangentState=ParticleTangentState(
+            positions=torch.ones_like(q.positions)),
+            referenceTangentState=ParticleTangentState(
+                positions=torch.ones_like(r.positions)))
         if shape is not None:
             tk["tangentQueryValues"] = torch.ones_like(kw["queryValues"])
         jvp = warpOperationJVP(q, pr, dom, adjacency=adj, referenceParticles=r, **jkw, **tk)
         assert tuple(jvp.shape) == expected and torch.equal(jvp, torch.zeros_like(jvp)), op.name
 
         # dual route: a shape-correct zero tangent; no readback for an empty output
-        if not geometry:
-            continue
         with fwAD.dual_level():
             dq = ParticleState(fwAD.make_dual(q.positions, torch.ones_like(q.positions)),
                                q.supports, q.masses, q.kinds, q.densities)

@@ -1,4 +1,4 @@
-"""Curl geometry JVP (Tier 2, `autodiff.md` §9.4-9.6, `testing.md` §4): 2D only.
+"""Curl geometry JVP (Tier 2, `autodiff.md` §9.4-9.6, `testing.md` §4): 2D, 3D and 1D.
 
 `warpOperationJVP` with geometry tangents (positions, supports, reference masses, densities of
 both sets, reference volumes, CRK and renormalization tangents) and a fused value tangent,
@@ -14,8 +14,10 @@ tangent alone and frozen corrections; distinct and cloned reference sets; grid =
 adjacency=None == explicit list; the dual route (`torch.autograd.forward_ad` through
 `warpOperation`) equals the explicit route; combined value + geometry == the sum and a zero
 value tangent leaves the geometry result bit-unchanged; calibration; float32 against the
-float64 J·v; rejections (1D and 3D, query-mass tangents, grad-h, correction tangents without
-their state); a float64 reverse-over-forward gradcheck.
+float64 J·v; 3D (every gradient scheme, with and without CRK + renormalization + volumes, CSR
+and grid) against J·v and central differences; 1D exactly zero; rejections (query-mass
+tangents, grad-h, correction tangents without their state); a float64 reverse-over-forward
+gradcheck.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from value_jvp_cases import (
     Case,
     aliased,
     callArgs,
+    tangents,
 )
 from vector_jvp_checks import (
     checkCombinedIsSum,
@@ -128,37 +131,37 @@ def test_curl_jvp_float32(device):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dim", [1, 3])
-def test_curl_jvp_rejects_other_dimensions(device, dim):
-    """Geometry tangents in 1D and 3D raise (explicit API and dual route); value tangents
-    alone stay Tier 1 there (the primal on the tangent values, bit-exact)."""
-    dom = makeDomain(dim, F64, device)
-    q, r = marginPair(6, 7, dim, F64, device, seed=175 + dim, domain=dom)
+@pytest.mark.parametrize("traversal", ["csr", "grid"])
+@pytest.mark.parametrize("corr", ["none", "crk+renorm+volumes"])
+@pytest.mark.parametrize("scheme", list(GradientScheme), ids=lambda s: s.name)
+def test_curl_jvp_3d(device, scheme, corr, traversal):
+    """3D (out = G x c per component, the primal's index map): every tangent live (positions,
+    supports, masses, densities, values, and with corrections CRK, L and volumes) against
+    J·v and central differences; the dual route equals the explicit one."""
+    k = int(scheme)
+    q, r, dom = aliased(3, 10, 180 + k, device)
+    pr = props(OP, gradientMode=scheme)
+    c = Case(q, r, dom, pr, traversal, corr, (3,), seed=190 + k)
+    out = c.check(tangents(c.P, seed=200 + k), what=f"3D {scheme.name}/{corr}/{traversal}")
+    assert out.shape == (10, 3) and float(out.abs().max()) > 0.0
+
+
+def test_curl_jvp_1d_is_zero(device):
+    """1D: the Curl is exactly 0 and so is every tangent (explicit and dual routes)."""
+    dom = makeDomain(1, F64, device)
+    q, r = marginPair(6, 7, 1, F64, device, seed=176, domain=dom)
     adj = neighbourStructure("csr", q, dom)
     pr = props(OP, gradientMode=GradientScheme.Difference)
-    g = torch.Generator().manual_seed(176)
-    shape = (6,) if dim == 1 else (6, 3)
-    f = torch.randn(shape, generator=g, dtype=F64).to(device)
-    tf = torch.randn(shape, generator=g, dtype=F64).to(device)
+    f = torch.randn(6, generator=torch.Generator().manual_seed(177), dtype=F64).to(device)
     dx = torch.ones_like(q.positions)
-    with pytest.raises(NotImplementedError, match="2D only"):
-        warpOperationJVP(q, pr, dom, queryValues=f, adjacency=adj,
-                         queryTangentState=ParticleTangentState(positions=dx))
-    with pytest.raises(NotImplementedError, match="2D only"):
-        warpOperationJVP(q, pr, dom, queryValues=f, adjacency=adj, tangentQueryValues=tf,
-                         referenceTangentState=ParticleTangentState(
-                             masses=torch.ones_like(q.masses)))
+    out = warpOperationJVP(q, pr, dom, queryValues=f, adjacency=adj,
+                           queryTangentState=ParticleTangentState(positions=dx))
+    assert torch.equal(out, torch.zeros_like(out))
     with fwAD.dual_level():
         dq = ParticleState(fwAD.make_dual(q.positions, dx), q.supports, q.masses, q.kinds,
                            q.densities)
-        with pytest.raises(NotImplementedError, match="2D only"):
-            warpOperation(dq, pr, dom, queryValues=f, adjacency=adj)
-    out = warpOperationJVP(q, pr, dom, queryValues=f, adjacency=adj, tangentQueryValues=tf)
-    assert torch.equal(out, warpOperation(q, pr, dom, queryValues=tf, adjacency=adj))
-    if dim == 3:
-        assert float(out.abs().max()) > 0.0
-    else:
-        assert torch.equal(out, torch.zeros_like(out))
+        t = fwAD.unpack_dual(warpOperation(dq, pr, dom, queryValues=f, adjacency=adj)).tangent
+    assert t is None or torch.equal(t, torch.zeros_like(t))
 
 
 def test_curl_jvp_rejections(device):

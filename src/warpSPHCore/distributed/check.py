@@ -13,7 +13,7 @@ built `Halo` (queries = the owned particles, references = owned + halo). Per cas
 * ``jvp``: the forward-mode derivative along fixed position and value tangents (dual
   tensors through the exchanges and `warpOperation`; densities and corrections held at their
   primal values; value tangents only where the geometry JVP is outside the library's JVP
-  scope: CRK, grad-h, Curl in 3D), and ``jvpExplicit`` the same through `warpOperationJVP` with the reference
+  scope: CRK, grad-h), and ``jvpExplicit`` the same through `warpOperationJVP` with the reference
   tangents extended over the halo (plain cases);
 * the Density case adds ``hvp``, `warpOperationHVP` on the explicit CSR neighbour list with
   the reference tangent extended over the halo.

@@ -211,7 +211,7 @@ OPERATORS = {
     WarpOperation.Curl: OperatorEntry(
         WarpOperation.Curl, "curl", "out_i = Σ_j G_ij × c_ij",
         "3D `[N_q, *S]`; 2D `[N_q, *S[1:]]` (`[N_q, 1]` for a vector); 1D zeros `[N_q]`",
-        curlShape, JVPScope(**_CORRECTED_JVP, dims=(2,)),
+        curlShape, JVPScope(**_CORRECTED_JVP),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
         corrections=CorrectionUses(volumes=_NOT_SYMMETRIC, crk=_APPLIED, gradH=_BOTH_OMEGAS,
                                    renorm=_APPLIED),

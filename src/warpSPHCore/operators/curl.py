@@ -26,9 +26,10 @@ calibration as the primal, with the product-rule pair term
         = dG[a1] c2 + G[a1] dc2 - dG[a2] c1 - G[a2] dc1
 
 (`_tangents.correctedGradientJVP_ij`; `_coefficients.fieldCoefficientJVP_ij` with f_i and f_j
-both divided, the value tangent fused). The scope (`operationsJVP.checkJVPScope`) is 2D only
-(and no grad-h); the kernel is the same generic formula for every d (1D: exactly 0, like the
-primal; 3D: the same index map as the primal). Itself reverse-differentiable.
+both divided, the value tangent fused). The scope (`operationsJVP.checkJVPScope`): every d, no
+grad-h; the kernel is the same generic formula for every d (1D: exactly 0, like the primal;
+3D: the same index map as the primal), checked against J·v in 2D and 3D. Itself
+reverse-differentiable.
 """
 
 from __future__ import annotations
