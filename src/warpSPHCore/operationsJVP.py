@@ -333,8 +333,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
             Density/Covariance, grad-h with geometry tangents, Divergence dot mode or
             consistent divergence, CRK or renormalization with the Naive
-            Laplacian, CRK/renormalization/grad-h for
-            Interpolate and Covariance.
+            Laplacian, renormalization for Interpolate (which never reads it).
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """

@@ -182,8 +182,8 @@ OPERATORS = {
     WarpOperation.Interpolate: OperatorEntry(
         WarpOperation.Interpolate, "interpolate", "f_i = Σ_j f_j V_j W^R_ij", "`[N_q, *S]`",
         sameShape,
-        JVPScope(valueTangents=True, geometry=_ALL_GEOMETRY,
-                 rejectedStates=("crk", "renorm", "gradH")),
+        JVPScope(valueTangents=True, geometry=_ALL_GEOMETRY, correctionTangents=("crk",),
+                 rejectedStates=("renorm", "gradH")),
         values=ValueInputs.REFERENCE,
         corrections=CorrectionUses(volumes=_APPLIED, crk=CorrectionUse(note="A, B only"))),
     WarpOperation.Gradient: OperatorEntry(
@@ -230,7 +230,7 @@ OPERATORS = {
         WarpOperation.Covariance, "covariance", "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
         "`[N_q, d, d]` (+ int32 count `[N_q]`)", matrixShape,
         JVPScope(valueTangents=False, geometry=_ALL_GEOMETRY,
-                 rejectedStates=("crk", "renorm", "gradH")),
+                 correctionTangents=("crk", "renorm"), rejectedStates=("gradH",)),
         correctedGradient=True,
         corrections=CorrectionUses(volumes=_APPLIED, crk=_APPLIED, renorm=_APPLIED)),
     WarpOperation.Momentum: OperatorEntry(
