@@ -137,7 +137,7 @@ def test_pinv_dual_route(device, d):
 def test_renormalization_dual_route(device, d):
     """Dual tensors through computeRenormalizationMatrices (Covariance dual route, identity
     fallback in torch, the pinv rule) give computeRenormalizationMatricesJVP's dL; with a CRK
-    state the Covariance geometry JVP is out of scope and raises."""
+    state (the Covariance's corrected gradient) the tangent equals central differences."""
     from warpSPHCore import ParticleTangentState
     from warpSPHCore.corrections import computeRenormalizationMatricesJVP
 
@@ -159,8 +159,22 @@ def test_renormalization_dual_route(device, d):
         torch.testing.assert_close(dL, tState.renormalizationMatrices, rtol=1e-12,
                                    atol=1e-12)
         _, _, A, B, gA, gB, _ = randomCorrectionTensors(NPART[d], NPART[d], d, device, 3)
-        with pytest.raises(NotImplementedError, match="CRK"):
-            computeRenormalizationMatrices(p, pr, dom, crkState=CRKState(A, B, gA, gB))
+        crk = CRKState(A, B, gA, gB)
+        withCRK = computeRenormalizationMatrices(p, pr, dom, crkState=crk,
+                                                 returnEigVals=False)
+        dLcrk = fwAD.unpack_dual(withCRK.renormalizationMatrices).tangent
+    # with a CRK state (the Covariance's corrected gradient): against central differences
+
+    def L(e):
+        pe = ParticleState(q.positions + e * v, q.supports + e * dh, q.masses, q.kinds,
+                           q.densities)
+        return computeRenormalizationMatrices(pe, pr, dom, crkState=crk,
+                                              returnEigVals=False).renormalizationMatrices
+
+    eps = 1e-6
+    fd = (L(eps) - L(-eps)) / (2 * eps)
+    assert float(dLcrk.abs().max()) > 0
+    torch.testing.assert_close(dLcrk, fd, rtol=1e-5, atol=1e-7 * float(fd.abs().max()))
 
 
 def test_renormalization_distinct_reference(device):
