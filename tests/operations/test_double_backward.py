@@ -86,12 +86,13 @@ def _call(op, q, dom, adj, x, h, m, rho, f, pr=None, **kw):
 
 @pytest.mark.parametrize("traversal", ["csr", "grid"])
 @pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
-def test_gradgradcheck_every_operator(op, traversal):
-    """Positions, supports, masses, densities and values, one operator, one traversal."""
-    dom = makeDomain(D, F64, "cpu")
-    q = marginCloud(N, D, F64, "cpu", seed=11, domain=dom)
+def test_gradgradcheck_every_operator(device, op, traversal):
+    """Positions, supports, masses, densities and values, one operator, one traversal (on
+    every device the run has)."""
+    dom = makeDomain(D, F64, device)
+    q = marginCloud(N, D, F64, device, seed=11, domain=dom)
     adj = neighbourStructure(traversal, q, dom)
-    f = _values(op, N, D, 3)
+    f = _values(op, N, D, 3).to(device)
     hasValues = OPERATORS[op].values is not ValueInputs.NONE
 
     def fn(x, h, m, rho, *fv):

@@ -40,9 +40,9 @@ def _values(op, n, seed, batch=None):
     return torch.randn(*lead, n, *shape, generator=g, dtype=F64)
 
 
-def _case(op, traversal="csr", seed=5):
-    dom = makeDomain(D, F64, "cpu")
-    q = marginCloud(N, D, F64, "cpu", seed=seed, domain=dom)
+def _case(op, traversal="csr", seed=5, device="cpu"):
+    dom = makeDomain(D, F64, device)
+    q = marginCloud(N, D, F64, device, seed=seed, domain=dom)
     adj = neighbourStructure(traversal, q, dom)
     pr = props(op, supportMode=KMS)
     hasValues = OPERATORS[op].values is not ValueInputs.NONE
@@ -53,7 +53,7 @@ def _case(op, traversal="csr", seed=5):
         out = warpOperation(state, pr, dom, adjacency=adj, **kw)
         return out[0] if isinstance(out, tuple) else out
 
-    return q, fn, (_values(op, N, 3) if hasValues else None)
+    return q, fn, (_values(op, N, 3).to(device) if hasValues else None)
 
 
 def _leaf(t):
@@ -61,15 +61,16 @@ def _leaf(t):
 
 
 @pytest.mark.parametrize("op", OPS, ids=[o.name for o in OPS])
-def test_grad_vjp_jacobians_and_jvp(op):
-    q, fn, f = _case(op)
+def test_grad_vjp_jacobians_and_jvp(device, op):
+    q, fn, f = _case(op, device=device)
     x = q.positions.detach().clone()
     args = (x,) if f is None else (x, f)
     argnums = tuple(range(len(args)))
 
     def loss(*a):
-        return (torch.linspace(0.5, 1.5, fn(*a).numel(), dtype=F64).reshape(fn(*a).shape)
-                * fn(*a) ** 2).sum()
+        out = fn(*a)
+        w = torch.linspace(0.5, 1.5, out.numel(), dtype=F64, device=out.device)
+        return (w.reshape(out.shape) * out ** 2).sum()
 
     leaves = [_leaf(a) for a in args]
     ref = torch.autograd.grad(loss(*leaves), leaves)
@@ -77,7 +78,8 @@ def test_grad_vjp_jacobians_and_jvp(op):
     for a, b in zip(got, ref):
         assertClose(a, b, 1e-10, 1e-12, f"{op.name} grad")
     out, vjpFn = torch.func.vjp(fn, *args)
-    u = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
+    u = torch.randn(out.shape, generator=torch.Generator().manual_seed(1),
+                    dtype=F64).to(device)
     leaves = [_leaf(a) for a in args]
     ref = torch.autograd.grad(fn(*leaves), leaves, u)
     for a, b in zip(vjpFn(u), ref):
@@ -88,8 +90,8 @@ def test_grad_vjp_jacobians_and_jvp(op):
     for a, b, c in zip(jr, jf, jt):
         assertClose(a, c, 1e-10, 1e-12, f"{op.name} jacrev")
         assertClose(b, c, 1e-10, 1e-12, f"{op.name} jacfwd")
-    t = tuple(torch.randn(a.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
-              for a in args)
+    t = tuple(torch.randn(a.shape, generator=torch.Generator().manual_seed(2),
+                          dtype=F64).to(device) for a in args)
     _, jv = torch.func.jvp(fn, args, t)
     with fwAD.dual_level():
         dual = fn(*[fwAD.make_dual(a, ta) for a, ta in zip(args, t)])
