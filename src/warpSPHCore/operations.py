@@ -104,11 +104,15 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
             queryVolumes, referenceVolumes, adjacency, referenceParticles, preScatteredQuantities,
             crkState, gradHState, renormalizationState, consistentDivergence,
             covarianceReturnNumNeighbors, laplacianCorrectionState)
-    try:
-        return runOperation(*args, dualRoute=dualRouteJVP)
-    except FunctorchWrappedInput:  # a torch.func transform (autograd.functorch)
-        return functorchCall(warpOperation, "warpOperation", args, {},
-                             batchFields=fieldBatchRule(args))
+    if not torch._C._are_functorch_transforms_active():
+        try:
+            return runOperation(*args, dualRoute=dualRouteJVP)
+        except FunctorchWrappedInput:  # a wrapped tensor made outside any active transform
+            pass
+    # inside a torch.func transform (autograd.functorch), even without a wrapped input: the
+    # bridge's Function runs only outside the transform's dispatch
+    return functorchCall(warpOperation, "warpOperation", args, {},
+                         batchFields=fieldBatchRule(args))
 
 
 def fieldBatchRule(args):

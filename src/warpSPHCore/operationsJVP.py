@@ -338,7 +338,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """
     arguments = dict(locals())
-    if anyWrapped(arguments):  # a torch.func transform (autograd.functorch)
+    if torch._C._are_functorch_transforms_active() or anyWrapped(arguments):  # torch.func
         return functorchCall(_warpOperationJVP, _WHERE, (), arguments)
     return _warpOperationJVP(**arguments)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..dataTypes.adjacency import AdjacencyList, trustedConstruction
 from ..dataTypes.compactHashMap import CompactHashMap
 from ..enumTypes import HashMapLengthMode, SupportScheme
-from ..util.conversion import toWarp
+from ..util.conversion import plainData, toWarp
 from ..util.precision import warpVector
 from ..util.warpContext import launch
 from . import _kernels
@@ -163,6 +165,8 @@ def searchInputs(where: str, queryParticles, domain, referenceParticles=None) ->
         rPos, rSup = qPos, qSup
     else:
         rPos, rSup = particleTensors(where, "referenceParticles", referenceParticles)
+    for t in (qPos, rPos, qSup, rSup):
+        plainData(t, where)  # a vmap over positions has no single list: a clear error
     dMin, dMax, periodic = domainTensors(where, domain)
     inp = prepareInputs(where, qPos, rPos, qSup, rSup, periodic, dMin, dMax)
     return sceneTensors(where, inp, queryParticles, referenceParticles)
@@ -172,7 +176,23 @@ def search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool =
            returnCompactHashMap: bool = False):
     """Build the grid and search it; with scene indices, on the scene-separated inputs
     (`neighborhood.scenes`), returning a list that stores the original inputs and the query
-    scene index (no grid: the separated one is of no use to an operator)."""
+    scene index (no grid: the separated one is of no use to an operator).
+
+    Inside a `torch.func` transform (a rollout under ``torch.func.grad``, say) the search
+    runs on the positions' values (`util.conversion.plainData`) with functorch's dispatch
+    off, so every tensor it makes has storage for Warp; the list is never differentiated."""
+    if torch._C._are_functorch_transforms_active():
+        plain = dataclasses.replace(inp, **{
+            f.name: plainData(getattr(inp, f.name), where)
+            for f in dataclasses.fields(inp) if isinstance(getattr(inp, f.name), torch.Tensor)})
+        with torch._C._DisableFuncTorch():
+            return _search(where, plain, mode, L, storeInputs, returnCompactHashMap)
+    return _search(where, inp, mode, L, storeInputs, returnCompactHashMap)
+
+
+def _search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool,
+            returnCompactHashMap: bool):
+    """`search` on tensors with storage, outside any `torch.func` dispatch."""
     if inp.qScenes is None:
         grid = buildGrid(inp, mode, L)
         return searchWithGrid(where, inp, mode, grid, storeInputs=storeInputs,

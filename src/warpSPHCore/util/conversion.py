@@ -13,12 +13,29 @@ import warp as wp
 
 from .warpContext import ensureWarp
 
-__all__ = ["canonical", "toWarp"]
+__all__ = ["canonical", "toWarp", "plainData"]
+
+
+def plainData(t: torch.Tensor, where: str = "warpSPHCore") -> torch.Tensor:
+    """`t` without the `torch.func` gradient-tracking wrappers around it (the same values, a
+    plain tensor with storage), for structure code that is never differentiated (the
+    neighbour search): under ``torch.func.grad``/``vjp``/``jacrev`` a rollout searches the
+    positions' values. A batched (``vmap``) tensor has no single set of values: that raises,
+    pointing to scenes."""
+    while isFunctorchWrapped(t):
+        if torch._C._functorch.is_batchedtensor(t):
+            raise NotImplementedError(
+                f"{where}: torch.func.vmap over a neighbour search (a batch of particle "
+                "positions) is not supported; run a batch of simulations as the scenes of one "
+                "particle set (fluids.batchScenes), or vmap over value fields only")
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
 
 
 def canonical(t: torch.Tensor) -> torch.Tensor:
-    """Detached tensor with canonical contiguous strides (copy only when needed)."""
-    t = t.detach()
+    """Detached tensor with canonical contiguous strides (copy only when needed); the values
+    of a `torch.func`-wrapped tensor (`plainData`)."""
+    t = plainData(t.detach())
     if t.numel() == 0:
         return torch.empty(t.shape, dtype=t.dtype, device=t.device)
     if not t.is_contiguous():
