@@ -331,7 +331,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
 
     Raises:
         NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
-            Density/Covariance, grad-h with geometry tangents, Divergence dot mode or
+            Density/Covariance, grad-h with geometry tangents, Divergence
             consistent divergence, CRK or renormalization with the Naive
             Laplacian, renormalization for Interpolate (which never reads it).
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal

@@ -83,9 +83,9 @@ COVERAGE = {
     },
     ("Divergence", "divergenceDotMode"): {
         GRADCHECK: ("test_divergence_gradcheck::test_divergence_gradcheck_consistent",),
-        # Tier 1 in dot mode; the geometry JVP rejects it (the scope matrix)
+        # Tier 1 in dot mode, and the geometry JVP
         JVP: ("test_forward_mode_value_jvp::test_value_jvp_tier1",
-              "test_forward_mode_geometry_jvp_divergence::test_divergence_jvp_rejections"),
+              "test_forward_mode_geometry_jvp_divergence::test_divergence_jvp_dot_mode"),
         REFERENCE: ("test_divergence::test_divergence_brute_force",),
     },
     ("Divergence", "consistentDivergence"): {

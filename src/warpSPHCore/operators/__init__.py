@@ -197,10 +197,8 @@ OPERATORS = {
         WarpOperation.Divergence, "divergence", "out_i = Σ_j Σ_δ c_ij[δ, …] G_ij,δ",
         "`[N_q, *S[1:]]` (dot mode `[N_q, *S[:-1]]`)", divergenceShape,
         JVPScope(**_CORRECTED_JVP, rejectedOptions=(
-            RejectedOption("divergenceDotMode", True,
-                           "supports the default contraction only, not divergenceDotMode"),
             RejectedOption("consistentDivergence", True,
-                           "does not support consistentDivergence"))),
+                           "does not support consistentDivergence"),)),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
         corrections=CorrectionUses(
             volumes=CorrectionUse(note="+ consistent mode",

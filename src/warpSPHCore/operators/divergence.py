@@ -29,9 +29,9 @@ calibration as the primal, with the pair term
 
 (`_coefficients.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
 value tangent fused; `_tangents.correctedGradientJVP_ij`). Non-consistent volumes only: the
-scope check (`operationsJVP.checkJVPScope`) rejects ``consistentDivergence`` (and dot mode,
-although the index map `_contractedIndex` is mirrored, so the kernel itself is exact there
-too) and grad-h. Itself reverse-differentiable (reverse over forward).
+scope check (`operationsJVP.checkJVPScope`) rejects ``consistentDivergence`` and grad-h; dot
+mode mirrors the primal's index map `_contractedIndex` (checked against J·v and central
+differences). Itself reverse-differentiable (reverse over forward).
 """
 
 from __future__ import annotations
