@@ -331,9 +331,8 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
 
     Raises:
         NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
-            Density/Covariance, grad-h with geometry tangents, Divergence
-            consistent divergence, CRK or renormalization with the Naive
-            Laplacian, renormalization for Interpolate (which never reads it).
+            Density/Covariance, grad-h with geometry tangents, CRK or renormalization with
+            the Naive Laplacian, renormalization for Interpolate (which never reads it).
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
             state, query-mass or query-volume tangents, shapes, dtypes, devices).
     """

@@ -365,3 +365,23 @@ def test_gradgradcheck_curl_3d():
 
     leaves = (q.positions.detach().clone().requires_grad_(True), f.requires_grad_(True))
     assert torch.autograd.gradgradcheck(fn, leaves, **GG)
+
+
+@pytest.mark.parametrize("dot", [False, True], ids=["default", "dot"])
+def test_gradgradcheck_divergence_modes(dot):
+    """The Divergence with consistentDivergence (and in dot mode): positions, densities and
+    values."""
+    dom = makeDomain(D, F64, "cpu")
+    q = marginCloud(N, D, F64, "cpu", seed=93, domain=dom)
+    adj = neighbourStructure("csr", q, dom)
+    f = torch.randn(N, D, generator=torch.Generator().manual_seed(94), dtype=F64)
+    pr = props(WarpOperation.Divergence, supportMode=KMS, divergenceDotMode=dot,
+               gradientMode=GradientScheme.Difference)
+
+    def fn(x, rho, v):
+        return warpOperation(ParticleState(x, q.supports, q.masses, q.kinds, rho), pr, dom,
+                             queryValues=v, adjacency=adj, consistentDivergence=True)
+
+    leaves = tuple(t.detach().clone().requires_grad_(True)
+                   for t in (q.positions, q.densities, f))
+    assert torch.autograd.gradgradcheck(fn, leaves, **GG)

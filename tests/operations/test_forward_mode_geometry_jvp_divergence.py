@@ -25,6 +25,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+from jvp_helpers import assertClose, checkJVP, dualJVP
 from sph_reference import (
     makeDomain,
     marginCloud,
@@ -33,6 +34,7 @@ from sph_reference import (
 )
 from value_jvp_cases import (
     F64,
+    TIGHT,
     Case,
     aliased,
     callArgs,
@@ -165,6 +167,32 @@ def test_divergence_jvp_dot_mode(device, scheme, corr, dim):
         assert float(out.abs().max()) > 0.0
 
 
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("corr", ["none", "volumes", "crk+renorm+volumes"])
+@pytest.mark.parametrize("scheme", list(GradientScheme), ids=lambda s: s.name)
+def test_divergence_jvp_consistent(device, scheme, corr, dim):
+    """consistentDivergence (V_j = vol_j rho_j / rho_i with volumes, else m_j / rho_i): every
+    tangent live (densities of both sets, masses, volumes, values, positions, supports,
+    corrections) against J·v and central differences; the dual route equals the explicit
+    one."""
+    k = int(scheme) + 4 * dim
+    q, r, dom = aliased(dim, 10, 260 + k, device)
+    pr = props(OP, gradientMode=scheme)
+    c = Case(q, r, dom, pr, "csr", corr, (dim,), seed=265 + k)
+
+    def fn(*xs):
+        qs, kw = callArgs(dict(zip(c.names, xs)), q, r)
+        return warpOperation(qs, pr, dom, adjacency=c.adj, consistentDivergence=True, **kw)
+
+    T = tangents(c.P, seed=266 + k)
+    out = c.jvp(T, consistentDivergence=True)
+    what = f"consistent {scheme.name}/{corr}/{dim}D"
+    checkJVP(fn, c.inputs(), c.tangentList(T), out, what=what)
+    assertClose(dualJVP(fn, c.inputs(), c.tangentList(T)), out, **TIGHT,
+                what=f"{what}: dual route vs explicit")
+    assert float(out.abs().max()) > 0.0
+
+
 def test_divergence_jvp_rejections(device):
     q, r, dom = aliased(2, 8, 170, device)
     pr = props(OP, gradientMode=GradientScheme.Naive)
@@ -172,10 +200,7 @@ def test_divergence_jvp_rejections(device):
     qs, kw = callArgs(c.P, q, r)
     dx = torch.ones_like(q.positions)
     geo = dict(queryTangentState=ParticleTangentState(positions=dx))
-    # consistent divergence: out of scope
     dot = props(OP, gradientMode=GradientScheme.Naive, divergenceDotMode=True)
-    with pytest.raises(NotImplementedError, match="consistentDivergence"):
-        warpOperationJVP(qs, pr, dom, adjacency=c.adj, **kw, **geo, consistentDivergence=True)
     omega = torch.full_like(q.supports, 1.1)
     with pytest.raises(NotImplementedError, match="grad-h"):
         warpOperationJVP(qs, pr, dom, adjacency=c.adj, gradHState=omega, **kw, **geo)
@@ -183,8 +208,8 @@ def test_divergence_jvp_rejections(device):
     with fwAD.dual_level():
         dq = ParticleState(fwAD.make_dual(q.positions, dx), q.supports, q.masses, q.kinds,
                            q.densities)
-        with pytest.raises(NotImplementedError, match="consistentDivergence"):
-            warpOperation(dq, pr, dom, adjacency=c.adj, consistentDivergence=True, **kw)
+        with pytest.raises(NotImplementedError, match="grad-h"):
+            warpOperation(dq, pr, dom, adjacency=c.adj, gradHState=omega, **kw)
     # the value tangents alone stay Tier 1 in dot mode and with consistent divergence
     tf = torch.ones_like(c.P["f"])
     for p, cons in ((dot, False), (pr, True)):

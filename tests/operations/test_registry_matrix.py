@@ -90,8 +90,8 @@ COVERAGE = {
     },
     ("Divergence", "consistentDivergence"): {
         GRADCHECK: ("test_divergence_gradcheck::test_divergence_gradcheck_consistent",),
-        # Tier 1 with consistent divergence; the geometry JVP rejects it
-        JVP: ("test_forward_mode_geometry_jvp_divergence::test_divergence_jvp_rejections",),
+        # Tier 1 with consistent divergence, and the geometry JVP
+        JVP: ("test_forward_mode_geometry_jvp_divergence::test_divergence_jvp_consistent",),
         REFERENCE: ("test_correction_acceptance::test_divergence_consistent_mode",),
     },
     ("Curl", None): {

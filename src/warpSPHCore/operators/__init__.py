@@ -196,9 +196,7 @@ OPERATORS = {
     WarpOperation.Divergence: OperatorEntry(
         WarpOperation.Divergence, "divergence", "out_i = Σ_j Σ_δ c_ij[δ, …] G_ij,δ",
         "`[N_q, *S[1:]]` (dot mode `[N_q, *S[:-1]]`)", divergenceShape,
-        JVPScope(**_CORRECTED_JVP, rejectedOptions=(
-            RejectedOption("consistentDivergence", True,
-                           "does not support consistentDivergence"),)),
+        JVPScope(**_CORRECTED_JVP),
         values=ValueInputs.QUERY_AND_REFERENCE, correctedGradient=True,
         corrections=CorrectionUses(
             volumes=CorrectionUse(note="+ consistent mode",

@@ -124,8 +124,8 @@ def apparentVolumeVJP_j(r: Any, corr: Any, j: wp.int32, adj_V: Any, p: Any):
 @wp.func
 def consistentVolume_j(q: Any, r: Any, corr: Any, i: wp.int32, j: wp.int32):
     """referenceVolumes[j] rho_j / rho_i with volumes, else m_j / rho_i (0 without the
-    densities the formula reads). No JVP (the forward-mode scope rejects
-    ``consistentDivergence``) and no VJP (the Divergence's reverse pass is the tape's)."""
+    densities the formula reads). JVP: `consistentVolumeJVP_j`; no VJP (the Divergence's
+    reverse pass is the tape's)."""
     useVolume, vol = getVolume_j(corr, j)
     V_j = type(vol)(0.0)
     if q.hasDensities:
@@ -136,6 +136,32 @@ def consistentVolume_j(q: Any, r: Any, corr: Any, i: wp.int32, j: wp.int32):
         else:
             V_j = r.masses[j] / rho_i
     return V_j
+
+
+@wp.func
+def consistentVolumeJVP_j(q: Any, r: Any, corr: Any, t: Any, i: wp.int32, j: wp.int32):
+    """d(consistentVolume_j): with volumes d(vol_j rho_j / rho_i) = dvol_j rho_j / rho_i +
+    vol_j drho_j / rho_i - vol_j rho_j drho_i / rho_i^2, else d(m_j / rho_i) = dm_j / rho_i -
+    m_j drho_i / rho_i^2 (0 without the densities the value reads)."""
+    useVolume, vol = getVolume_j(corr, j)
+    dV = type(vol)(0.0)
+    if q.hasDensities:
+        rho_i = q.densities[i]
+        if useVolume:
+            if r.hasDensities:
+                rho_j = r.densities[j]
+                if t.hasRVolumes:
+                    dV = dV + t.rVolumes[j] * rho_j / rho_i
+                if t.hasRDensities:
+                    dV = dV + vol * t.rDensities[j] / rho_i
+                if t.hasQDensities:
+                    dV = dV - vol * rho_j * t.qDensities[i] / (rho_i * rho_i)
+        else:
+            if t.hasRMasses:
+                dV = dV + t.rMasses[j] / rho_i
+            if t.hasQDensities:
+                dV = dV - r.masses[j] * t.qDensities[i] / (rho_i * rho_i)
+    return dV
 
 
 # --- field values ------------------------------------------------------------------------------
@@ -217,16 +243,18 @@ def fieldCoefficientOf(scheme: int):
 
 
 @wp.func
-def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
-                           corr: Any, ks: Any, t: Any, divideQuery: wp.bool):
-    """(c_ij[a], dc_ij[a]) of the call's gradient scheme (non-consistent volumes) for the frozen
-    values ``t.values``: the geometry tangent (``f dV_j``, or the Symmetric rule
-    dm_j rho_i S + m_j drho_i S - 2 m_j f_i drho_i / rho_i^2 - 2 m_j rho_i f_j drho_j / rho_j^3
-    with S = f_i / rho_i^2 + f_j / rho_j^2) plus the value tangent's coefficient c(tValues)."""
-    c = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.values, False, divideQuery)
+def coefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                      corr: Any, ks: Any, t: Any, consistent: wp.bool, divideQuery: wp.bool):
+    """(c_ij[a], dc_ij[a]) of the call's gradient scheme for the frozen values ``t.values``,
+    with the apparent volumes, or the Divergence's consistent ones when `consistent`
+    (`consistentVolume_j`, `consistentVolumeJVP_j`): the geometry tangent (``f dV_j``, or the
+    Symmetric rule dm_j rho_i S + m_j drho_i S - 2 m_j f_i drho_i / rho_i^2
+    - 2 m_j rho_i f_j drho_j / rho_j^3 with S = f_i / rho_i^2 + f_j / rho_j^2) plus the value
+    tangent's coefficient c(tValues)."""
+    c = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.values, consistent, divideQuery)
     dc = type(c)(0.0)
     if t.hasValueTangent:
-        dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, False, divideQuery)
+        dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, consistent, divideQuery)
     if t.hasRMasses or t.hasQDensities or t.hasRDensities or t.hasRVolumes:
         f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
         scheme = ks.gradientMode
@@ -247,7 +275,11 @@ def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
                     dc = dc - type(c)(2.0) * m_j * rho_i * f_j * drho_j / (
                         rho_j * rho_j * rho_j)
         else:
-            dV = apparentVolumeJVP_j(r, corr, t, j)
+            dV = type(c)(0.0)
+            if consistent:
+                dV = consistentVolumeJVP_j(q, r, corr, t, i, j)
+            else:
+                dV = apparentVolumeJVP_j(r, corr, t, j)
             if scheme == 3:
                 dc = dc + (f_j - f_i) * dV
             elif scheme == 4:
@@ -255,6 +287,14 @@ def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
             else:
                 dc = dc + f_j * dV
     return c, dc
+
+
+@wp.func
+def fieldCoefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                           corr: Any, ks: Any, t: Any, divideQuery: wp.bool):
+    """`coefficientJVP_ij` with the apparent volumes (every operator but the Divergence's
+    consistent mode)."""
+    return coefficientJVP_ij(i, j, a, F, q, r, corr, ks, t, False, divideQuery)
 
 
 @wp.func

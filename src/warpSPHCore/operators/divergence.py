@@ -29,9 +29,10 @@ calibration as the primal, with the pair term
 
 (`_coefficients.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
 value tangent fused; `_tangents.correctedGradientJVP_ij`). Non-consistent volumes only: the
-scope check (`operationsJVP.checkJVPScope`) rejects ``consistentDivergence`` and grad-h; dot
-mode mirrors the primal's index map `_contractedIndex` (checked against J·v and central
-differences). Itself reverse-differentiable (reverse over forward).
+scope check (`operationsJVP.checkJVPScope`) rejects grad-h; dot mode mirrors the primal's
+index map `_contractedIndex`, and ``consistentDivergence`` the primal's component packing with
+the consistent volumes' tangent (`_coefficients.consistentVolumeJVP_j`); both checked against
+J·v and central differences. Itself reverse-differentiable (reverse over forward).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij
+from ._coefficients import coefficientJVP_ij, fieldCoefficient_ij
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -132,11 +133,13 @@ declareStateOverloads(divergenceKernel, {"values": "scalar", "out": "scalar"})
 @wp.func
 def divergenceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                           dom: Any, corr: Any, ks: Any, t: Any):
-    """sum_delta (dc_ij[idx(delta, p)] G_ij[delta] + c_ij[idx(delta, p)] dG_ij[delta]) (k = p;
-    non-consistent volumes) for a mode-admitted reference j (tangent pack `t`), else 0."""
+    """sum_delta (dc_ij[idx(delta, p)] G_ij[delta] + c_ij[idx(delta, p)] dG_ij[delta])
+    (k = 2 p + consistent, as the primal's pair term) for a mode-admitted reference j (tangent
+    pack `t`), else 0."""
     res = type(ks.normalizationCoefficient)(0.0)
     if checkDirectionality_j(ks.operationMode, r.kinds[j]):
-        p = k
+        p = k / 2
+        consistent = (k - 2 * p) == 1
         d = dom.dim
         P = F / d
         dotMode = ks.divergenceMode
@@ -146,18 +149,18 @@ def divergenceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q:
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
         G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j,
                                         coefficientTangentPresent(t))
-        c0, dc0 = fieldCoefficientJVP_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r,
-                                         corr, ks, t, True)
+        c0, dc0 = coefficientJVP_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r,
+                                    corr, ks, t, consistent, True)
         res = dc0 * G[0] + c0 * dG[0]
         if d > 1:
             d1 = wp.min(1, d - 1)
-            c1, dc1 = fieldCoefficientJVP_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
-                                             r, corr, ks, t, True)
+            c1, dc1 = coefficientJVP_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
+                                        r, corr, ks, t, consistent, True)
             res = res + dc1 * G[d1] + c1 * dG[d1]
         if d > 2:
             d2 = wp.min(2, d - 1)
-            c2, dc2 = fieldCoefficientJVP_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
-                                             r, corr, ks, t, True)
+            c2, dc2 = coefficientJVP_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
+                                        r, corr, ks, t, consistent, True)
             res = res + dc2 * G[d2] + c2 * dG[d2]
     return res
 
@@ -172,22 +175,24 @@ def divergenceJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
                         correctionData: Any, kernelProperties: Any, tangents: Any,
                         fieldWidth: wp.int32, consistentDivergence: wp.bool,
                         out: wp.array(dtype=Any)):
-    """dout[i P + p] = N sum_j sum_delta d(c_ij[idx] G_ij[delta]); 0 for a masked query.
-    `consistentDivergence` is accepted for the ABI (the primal's SCALAR extras) and must be
-    False (the scope check rejects it)."""
+    """dout[i P + p] = N sum_j sum_delta d(c_ij[idx] G_ij[delta]); 0 for a masked query;
+    `consistentDivergence` as the primal (packed into the pair term's component)."""
     tid = wp.tid()
     P = fieldWidth / domainState.dim
     i = tid / P
     p = tid - i * P
     ks = kernelProperties
     val = type(ks.normalizationCoefficient)(0.0)
+    k = 2 * p
+    if consistentDivergence:
+        k = k + 1
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
         if useAdjacency:
-            val = divergenceJVPCsrSum(adjacencyState, i, p, fieldWidth, queryState,
+            val = divergenceJVPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
                                       referenceState, domainState, correctionData, ks, tangents)
         else:
             cell = gridQueryCell(gridState, queryState.positions[i])
-            val = divergenceJVPGridSum(gridState, cell, i, p, fieldWidth, queryState,
+            val = divergenceJVPGridSum(gridState, cell, i, k, fieldWidth, queryState,
                                        referenceState, domainState, correctionData, ks,
                                        tangents)
         if ks.calibrateNormalization:
