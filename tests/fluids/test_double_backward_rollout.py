@@ -20,7 +20,7 @@ def test_gradient_of_a_gradient_through_a_rollout():
     scheme = setup.scheme(model)
 
     def loss():
-        P, S = setup._batch(setup.coarseX, setup.coarse, seeds)
+        P, S = setup.batch(setup.coarseX, setup.coarse, seeds)
         tr = rollout(S, setup.dt, 5, scheme.rates(P), scheme.neighbours(P),
                      stepper=scheme.stepper, trajectoryEvery=5).trajectory
         v = tr.velocities.reshape(tr.velocities.shape[0], 1, -1, 2)

@@ -14,7 +14,7 @@ from warpSPHCore.fluids import FluidState, rollout
 
 def _flow():
     setup = learn.LearnSetup(12)
-    particles, state = setup._batch(setup.coarseX, setup.coarse, [1])
+    particles, state = setup.batch(setup.coarseX, setup.coarse, [1])
     scheme = setup.base
 
     def final(v0):

@@ -146,8 +146,7 @@ class _FuncOp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         xs = ctx.saved_tensors
-        gs = [g if g is not None else None for g in grads]
-        out = _FuncVJP.apply(ctx.call, len(xs), *xs, *gs)
+        out = _FuncVJP.apply(ctx.call, len(xs), *xs, *grads)
         return (None,) + (out if isinstance(out, tuple) else (out,))
 
     @staticmethod
@@ -164,17 +163,6 @@ class _FuncOp(torch.autograd.Function):
             if out is not None:
                 return out
         return _loop(lambda *s: _FuncOp.apply(call, *s), info, dims, xs)
-
-
-def _materialise(gs, call, xs):
-    """Zero cotangents where torch passes None, in the output's shape (from one plain
-    evaluation only when needed)."""
-    if all(g is not None for g in gs):
-        return list(gs)
-    with torch.no_grad():
-        out = call(*xs)
-    outs = out if isinstance(out, tuple) else (out,)
-    return [g if g is not None else torch.zeros_like(o) for g, o in zip(gs, outs)]
 
 
 class _Derivative(torch.autograd.Function):

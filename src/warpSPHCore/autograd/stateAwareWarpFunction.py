@@ -439,13 +439,9 @@ def _firstOrderGrads(ctx, unique, grad_outputs) -> tuple:
     reported) for the cotangents `grad_outputs`, from the saved tensors `unique`: the views,
     structs and outputs rebuilt, the tape (or the hand-written reverse kernel) run once."""
     nIn = len(ctx.needs_grad)
+    flat = _flatOf(ctx, unique)
     saved = [unique[k] for k in ctx.saved_index]
-    nSide = ctx.side_count
-    real = saved[:len(saved) - nSide]
-    side = saved[len(saved) - nSide:]
-    flat = list(ctx.others)
-    for pos, t in zip(ctx.tensor_positions, real):
-        flat[pos] = t
+    side = saved[len(saved) - ctx.side_count:]
     isTensor = [isinstance(t, torch.Tensor) for t in flat]
     device = wp.device_from_torch(ctx.output_meta[0][2]) if ctx.output_meta else None
     with _StreamScope(device):
@@ -523,13 +519,10 @@ def differentiableBackward(ctx, unique, grad_outputs) -> tuple:
     recorded as `_BackwardOfBackward`, whose own backward is the operator's forward-mode rule
     (the cotangents' adjoint is J c) and reverse mode through that rule (the inputs' adjoint
     is grad_x <u, J(x) c>). Returns one entry per forward position, as `_firstOrderGrads`."""
-    reason = None
     if ctx.double_fn is None:
-        reason = ctx.double_reason
-    if reason is not None:
         raise NotImplementedError(
             f"{ctx.kernel_name}: double backward (differentiating this launch's backward, "
-            f"create_graph=True) is not available for this call: {reason}")
+            f"create_graph=True) is not available for this call: {ctx.double_reason}")
     floatOut = [k for k, m in enumerate(ctx.output_meta) if m[3]]
     seeds = []
     for k in floatOut:

@@ -124,13 +124,15 @@ class LearnSetup:
         return Scheme(rho0=1.0, c0=C0, equationOfState=Linear(), density="summation",
                       viscosity=NU, terms=terms)
 
-    def _batch(self, x, particles, seeds):
+    def batch(self, x, particles, seeds):
+        """The flows `seeds` on the lattice (`x`, `particles`) as the scenes of one batch:
+        ``(ParticleSet, FluidState)``."""
         return batchScenes([(particles, FluidState(x, randomFourierVelocity(
             x, self.domain, modes=MODES, rms=RMS, seed=s))) for s in seeds])
 
     def fineVelocities(self, seeds, steps: int) -> torch.Tensor:
         """The fine twins' velocities every `EVERY` coarse steps: ``[S, B, n^2, 2]``."""
-        P, S = self._batch(self.fineX, self.fine, seeds)
+        P, S = self.batch(self.fineX, self.fine, seeds)
         with torch.no_grad():
             tr = rollout(S, self.dt / REFINE, steps * REFINE, self.base.rates(P),
                          self.base.neighbours(P), stepper=self.base.stepper,
@@ -141,7 +143,7 @@ class LearnSetup:
     def coarseVelocities(self, seeds, steps: int, scheme: Scheme) -> torch.Tensor:
         """The coarse velocities every `EVERY` steps: ``[S, B, n^2, 2]`` (differentiable
         when grad mode is on; checkpointed in segments of `EVERY` steps)."""
-        P, S = self._batch(self.coarseX, self.coarse, seeds)
+        P, S = self.batch(self.coarseX, self.coarse, seeds)
         tr = rollout(S, self.dt, steps, scheme.rates(P), scheme.neighbours(P),
                      stepper=scheme.stepper, trajectoryEvery=EVERY,
                      checkpointEvery=EVERY if torch.is_grad_enabled() else None).trajectory
