@@ -39,12 +39,13 @@ def _modulesOf(short: str, dims, scalars, device) -> list:
             if e.d in dims and e.scalar in scalars and e.part != skip]
 
 
-def _specializedModules(operators, dims, scalars, kernels) -> list:
+def _specializedModules(operators, dims, scalars, kernels, device) -> list:
     """The specialised Density/Gradient kernels (`operators._specialized`: the Gradient's
     forward, reverse and forward-mode kernels) of the default call configuration (Gather
     supports, interaction mode AllQueriesNonGhostReferences, no calibration, CSR and grid;
-    Naive gradient scheme) for each smoothing kernel in `kernels`, dimension and scalar
-    type."""
+    Naive gradient scheme; densities, no grad-h or volumes) for each smoothing kernel in
+    `kernels`, dimension and scalar type, as a call on `device` picks them (the Gradient's
+    forward kernel takes a row per thread on the CPU with a CSR list)."""
     sp = _specialized
     wanted = [o for o in ("Density", "Gradient") if operators is None or o in operators]
     out = []
@@ -58,7 +59,10 @@ def _specializedModules(operators, dims, scalars, kernels) -> list:
                     if "Density" in wanted:
                         out.append(sp._densityKernel(cfg).module)
                     if "Gradient" in wanted:
-                        naive = dataclasses.replace(cfg, gradientScheme=1)
+                        config = dict(deviceType="cuda" if device.is_cuda else "cpu",
+                                      useAdjacency=csr, useGradHTerms=False, useVolume=False,
+                                      queryHasDensities=True, referenceHasDensities=True)
+                        naive = dataclasses.replace(sp._widened(cfg, config), gradientScheme=1)
                         # no-grad forward; forward + reverse of a differentiated call
                         # (`_specialized._gradientPair`); forward mode
                         out += [sp._gradientKernel(naive).module,
@@ -104,9 +108,9 @@ def precompile(devices=("cpu",), operators=None, workers: int | None = None,
         raise ValueError(f"precompile: dims {badDims} / dtypes {badTypes} not accepted; "
                          "accepted: dims 1, 2, 3 and dtypes float32, float64")
     scalars = [_SCALARS[t] for t in dtypes]
-    common = _specializedModules(operators, dims, scalars, kernels)
     todo = []  # (module, device), each module once per device
     for device in (wp.get_device(d) for d in devices):
+        common = _specializedModules(operators, dims, scalars, kernels, device)
         mods = [m for short in names for m in _modulesOf(short, dims, scalars, device)]
         todo += [(m, device) for m in {m.name: m for m in mods + common}.values()]
     if verbose:

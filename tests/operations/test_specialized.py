@@ -97,12 +97,20 @@ def _compileCoveringDesign():
             cfg = _specialized.Configuration(c["d"], scalar, int(c["kernel"]),
                                              int(c["support"]), c["mode"],
                                              c["traversal"] == "csr", c["calibrate"])
+            # on the CPU a CSR call of the row operators takes the wide kernel, with the
+            # plain coefficients (the clouds carry densities, no grad-h or volumes)
+            wide = dict(wide=True, plain=True) if c["traversal"] == "csr" else {}
             for build in builders:
                 scheme = int(c["scheme"]) if build in (_specialized._gradientKernel,
                                                        _specialized._gradientPair) else 0
                 cfgB = dataclasses.replace(cfg, gradientScheme=scheme)
+                if build in (_specialized._gradientKernel, _specialized._gradientPair):
+                    cfgB = dataclasses.replace(cfgB, **wide)
                 if build is _specialized._laplacianKernel:
-                    cfgB = dataclasses.replace(cfg, laplacianScheme=int(_laplacianScheme(c)))
+                    cfgB = dataclasses.replace(cfg, laplacianScheme=int(_laplacianScheme(c)),
+                                               **wide)
+                    if wide:
+                        cfgB = dataclasses.replace(cfgB, gradientScheme=int(c["scheme"]))
                 mods.append(build(cfgB).module)
     wp.force_load(device="cpu", modules=list({m.name: m for m in mods}.values()),
                   max_workers=max(1, os.cpu_count() or 1))
@@ -485,7 +493,7 @@ def test_specialized_kernels_skip_and_report_bad_indices(device, op):
     assert any(n == name for n, _ in _specialized._BUILT)
 
 
-@pytest.mark.parametrize("op", [WarpOperation.Interpolate, WarpOperation.Laplacian],
+@pytest.mark.parametrize("op", [WarpOperation.Divergence, WarpOperation.Laplacian],
                          ids=lambda o: o.name)
 def test_other_operators_use_their_concrete_overload(device, op):
     """An untaped call of an operator without a specialised kernel runs its generic kernel's
@@ -500,7 +508,9 @@ def test_other_operators_use_their_concrete_overload(device, op):
              dtype=torch.float64, traversal="csr", mode=9, calibrate=False, periodic=True,
              scheme=GradientScheme.Naive)
     q, dom, adj = _setup(c, device)
-    f = torch.randn(q.positions.shape[0], generator=torch.Generator().manual_seed(4),
+    shape = (q.positions.shape[0], 2) if op == WarpOperation.Divergence else \
+        (q.positions.shape[0],)
+    f = torch.randn(*shape, generator=torch.Generator().manual_seed(4),
                     dtype=torch.float64).to(device)
     # the Laplacian's Naive scheme (the analytic kernel Laplacian) has no specialised kernel
     extra = {"laplacianMode": LaplacianScheme.Naive} if op == WarpOperation.Laplacian else {}

@@ -605,6 +605,8 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
     config = {
         "dim": d,
         "scalar": s,
+        # the device kind picks a specialised kernel's thread layout (`operators._specialized`)
+        "deviceType": q.positions.device.type,
         "useAdjacency": useAdjacency,
         "numOffsets": numOffsets,
         "hashMapLength": 0 if useAdjacency else int(adjacency.hashMapLength),

@@ -67,7 +67,8 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "densityPairVJP_ij", "gradientPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
-           "laplacianDifference_ij", "laplacianDifferenceJVP_ij",
+           "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
+           "plainStates",
            "LAPLACIAN_REG_N", "LAPLACIAN_REG_DEFAULT"]
 
 
@@ -187,24 +188,34 @@ def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, c
 # --- c_ij: the gradient schemes' coefficient (Gradient, Divergence, Curl) ---------------------
 
 
-def _fieldCoefficientFunction(fixedScheme: int | None):
+def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
     """`fieldCoefficient_ij` (`fixedScheme` None: the scheme read from ``ks.gradientMode`` at
     run time) or its copy for one scheme fixed at code generation (`fieldCoefficientOf`):
-    the same arithmetic, so the same bits."""
+    the same arithmetic, so the same bits. `plain`: the copy for calls without grad-h and
+    volumes whose query and reference carry densities (`plainStates`), in which the
+    run-time tests of those states are resolved at code generation (the values read as
+    they are, V_j = m_j / rho_j): a pair loop over several columns then has no branch in
+    its column code."""
 
     def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any,
                             r: Any, corr: Any, ks: Any, values: Any, consistent: wp.bool,
                             divideQuery: wp.bool):
         """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h,
         and f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
-        f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
+        f_i = values.dtype(0.0)
+        f_j = values.dtype(0.0)
+        if wp.static(plain):
+            f_i = values[i * F + a]
+            f_j = values[q.masses.shape[0] * F + j * F + a]
+        else:
+            f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
         c = type(f_j)(0.0)
         scheme = ks.gradientMode
         if wp.static(fixedScheme is not None):
             scheme = wp.int32(wp.static(fixedScheme or 0))  # a constant: the C++ compiler
             # folds the branches below and drops the reads only the other schemes make
         if scheme == 2:
-            if q.hasDensities and r.hasDensities:
+            if wp.static(plain) or (q.hasDensities and r.hasDensities):
                 rho_i = q.densities[i]
                 rho_j = r.densities[j]
                 c = r.masses[j] * rho_i * (f_i / (rho_i * rho_i) + f_j / (rho_j * rho_j))
@@ -212,6 +223,8 @@ def _fieldCoefficientFunction(fixedScheme: int | None):
             V_j = type(f_j)(0.0)
             if consistent:
                 V_j = consistentVolume_j(q, r, corr, i, j)
+            elif wp.static(plain):
+                V_j = r.masses[j] / r.densities[j]
             else:
                 V_j = apparentVolume_j(r, corr, j)
             if scheme == 3:
@@ -222,24 +235,34 @@ def _fieldCoefficientFunction(fixedScheme: int | None):
                 c = f_j * V_j
         return c
 
-    if fixedScheme is None:
+    if fixedScheme is None and not plain:
         return wp.func(fieldCoefficient_ij)
-    return wp.func(fieldCoefficient_ij, name=f"fieldCoefficient_g{int(fixedScheme)}_ij",
+    return wp.func(fieldCoefficient_ij,
+                   name=f"fieldCoefficient_g{int(fixedScheme or 0)}{'p' if plain else ''}_ij",
                    module="unique")
 
 
 fieldCoefficient_ij = _fieldCoefficientFunction(None)
 
 
+def plainStates(config: dict) -> bool:
+    """Whether a call's configuration (`build_fn.config`) has neither grad-h terms nor
+    volumes and gives both the query and the reference densities: the `plain` copies of the
+    pair coefficients (`fieldCoefficientOf`, `laplacianDifferenceOf`) apply."""
+    return (not config["useGradHTerms"] and not config["useVolume"]
+            and bool(config["queryHasDensities"]) and bool(config["referenceHasDensities"]))
+
+
 @functools.cache
-def fieldCoefficientOf(scheme: int):
+def fieldCoefficientOf(scheme: int, plain: bool = False):
     """`fieldCoefficient_ij` with the gradient scheme `scheme` (a `GradientScheme` value)
     fixed at code generation (``wp.static``): no scheme branch in the pair loop and, for
-    Naive, no read of f_i. For the forward-only specialised kernels (`_specialized`); same
-    bits as the generic one. ``scheme`` 0: the generic `fieldCoefficient_ij` itself."""
-    if not scheme:
+    Naive, no read of f_i; with `plain`, the copy for `plainStates` calls. For the
+    forward-only specialised kernels (`_specialized`); same bits as the generic one.
+    ``scheme`` 0 without `plain`: the generic `fieldCoefficient_ij` itself."""
+    if not scheme and not plain:
         return fieldCoefficient_ij
-    return _fieldCoefficientFunction(int(scheme))
+    return _fieldCoefficientFunction(int(scheme), plain)
 
 
 @wp.func
@@ -437,6 +460,29 @@ def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q
     grad-h. values = [query N_q F | reference N_r F]."""
     f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, values, True)
     return (f_j - f_i) * laplacianScale_ij(i, j, q, r, corr, ks)
+
+
+@functools.cache
+def laplacianDifferenceOf(scheme: int):
+    """`laplacianDifference_ij` for `plainStates` calls with the gradient scheme `scheme`
+    fixed at code generation (Symmetric 2: s_ij = m_j rho_i / rho_j^2, else m_j / rho_j):
+    the same arithmetic without run-time tests, so the same bits."""
+    symmetric = int(scheme) == 2
+
+    def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                               r: Any, corr: Any, ks: Any, values: Any):
+        f_i = values[i * F + k]
+        f_j = values[q.masses.shape[0] * F + j * F + k]
+        scale = values.dtype(0.0)
+        if wp.static(symmetric):
+            rho_j = r.densities[j]
+            scale = r.masses[j] * q.densities[i] / (rho_j * rho_j)
+        else:
+            scale = r.masses[j] / r.densities[j]
+        return (f_j - f_i) * scale
+
+    return wp.func(laplacianDifference_ij, name=f"laplacianDifference_g{int(scheme)}p_ij",
+                   module="unique")
 
 
 @wp.func

@@ -74,13 +74,15 @@ from ._coefficients import (
     fieldCoefficientOf,
     gradientPairVJP_ij,
     laplacianDifference_ij,
+    laplacianDifferenceOf,
+    plainStates,
 )
 from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
 
 __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "specializedKernel", "specializedStructs", "densitySpecialized", "densityVJPSpecialized",
-           "densityPairedSpecialized", "gradientSpecialized",
+           "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "specializedKernelCount"]
 
@@ -113,6 +115,13 @@ class Configuration:
     #: G_ij <- L_i G_ij (gradient renormalization) in the Gradient's and the Laplacian's
     #: forward kernels
     renormalize: bool = False
+    #: one thread per query row computes every field column (`_wideRowKernel`): the
+    #: Interpolate's, Gradient's and Laplacian's forward kernels on the CPU with a CSR list
+    wide: bool = False
+    #: no grad-h terms or volumes, densities on both sides (`_coefficients.plainStates`): the
+    #: wide kernels' column code takes the copies of the pair coefficients without run-time
+    #: state tests (`fieldCoefficientOf`, `laplacianDifferenceOf`)
+    plain: bool = False
 
     @property
     def tag(self) -> str:
@@ -124,6 +133,8 @@ class Configuration:
         g = f"_g{self.gradientScheme}" if self.gradientScheme else ""
         g += f"_l{self.laplacianScheme}" if self.laplacianScheme else ""
         g += "_L" if self.renormalize else ""
+        g += "_w" if self.wide else ""
+        g += "p" if self.plain else ""
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -142,6 +153,14 @@ def configurationOf(config: dict, scheme: bool = False) -> Configuration | None:
                          useAdjacency=bool(config["useAdjacency"]),
                          calibrate=bool(config["calibrateNormalization"]),
                          gradientScheme=int(config["gradientMode"]) if scheme else 0)
+
+
+def _widened(cfg: Configuration, config: dict) -> Configuration:
+    """`cfg` with the row-per-thread layout where it pays (`_wideRowKernel`): on the CPU,
+    where threads run one after another and a field of F columns would traverse each row F
+    times, with a CSR list. On CUDA one thread per (row, column) keeps the device busy."""
+    wide = config.get("deviceType") == "cpu" and bool(config["useAdjacency"])
+    return dataclasses.replace(cfg, wide=wide, plain=wide and plainStates(config))
 
 
 #: r_ij <= max(h_i, h_j) (1 + 1e-6): the Momentum's pairs evaluated (every pair term is a
@@ -176,6 +195,26 @@ def _structs(cfg: Configuration):
 
 
 @functools.cache
+def _boxOf(D: int, S):
+    """``box(dom) -> (L, 1/L)`` per axis, 0 on a non-periodic axis: the minimum image
+    ``x - L round(x / L)`` of the specialised loops (dimension D, scalar type S)."""
+    V = wp.types.vector(length=D, dtype=S)
+    DOM = structFor("domain", D, S)
+
+    @specialFunction(f"{D}d_{'f32' if S == wp.float32 else 'f64'}")
+    def box(dom: DOM):
+        ext = V()
+        inv = V()
+        for a in range(wp.static(D)):
+            if dom.periodicity[a]:
+                ext[a] = dom.domainMax[a] - dom.domainMin[a]
+                inv[a] = S(1.0) / ext[a]
+        return ext, inv
+
+    return box
+
+
+@functools.cache
 def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
@@ -202,17 +241,7 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
             return S(0.0)
 
     allReferences = mode in _ALL_REFERENCES
-
-    @specialFunction(tag)
-    def box(dom: DOM):
-        """(L, 1/L) per axis; 0 on a non-periodic axis."""
-        ext = V()
-        inv = V()
-        for a in range(wp.static(D)):
-            if dom.periodicity[a]:
-                ext[a] = dom.domainMax[a] - dom.domainMin[a]
-                inv[a] = S(1.0) / ext[a]
-        return ext, inv
+    box = _boxOf(D, S)
 
     @specialFunction(tag)
     def term(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_i: V, h_i: S, ext: V,
@@ -280,6 +309,181 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         return res
 
     return rowSum
+
+
+#: field columns one pass of `_wideRowSum` keeps in registers
+_WIDE_COLUMNS = 8
+
+
+@functools.cache
+def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
+    """``wideSum(adj, i, F, q, r, dom, corr, ks, extra, out)``: adds, for every reference j
+    of query i's CSR row that the interaction mode admits and every column k < F,
+    ``column(i, j, k, F, x_ij, h_i, g_ij, q, r, corr, ks, extra)`` to the query's output row
+    (``out[i F + k]``, or the d-vector at ``out[(i F + k) d]`` when `vector`), where
+    ``g_ij = geometry(i, j, x_ij, h_i, q, r, corr, ks)`` is evaluated once per pair: the
+    smoothing kernel's quantities are shared by the F columns. Each column's terms are added
+    in the row's order, as `_neighborSum`'s CSR loop adds them, so the sums are the same."""
+    D, S = cfg.dim, cfg.scalar
+    P, DOM, C, KS, A, G = _structs(cfg)
+    mode = cfg.operationMode
+    allReferences = mode in _ALL_REFERENCES
+    box = _boxOf(D, S)
+    W = D if vector else 1
+
+    ACC = wp.types.vector(length=_WIDE_COLUMNS * W, dtype=S)
+
+    @specialFunction(column.key, inline=None)
+    def wideSum(adj: A, i: wp.int32, F: wp.int32, q: P, r: P, dom: DOM, corr: C, ks: KS,
+                extra: extraType, out: wp.array(dtype=S)):
+        rng = getIndexRange(adj, i)
+        nR = wp.int64(r.masses.shape[0])
+        x_i = q.positions[i]
+        h_i = q.supports[i]
+        ext, inv = box(dom)
+        base = i * F * wp.static(W)
+        # columns in blocks whose sums stay in registers: nothing is stored inside the loop,
+        # so the compiler may share a column-independent read or quotient between columns
+        for k0 in range(0, F, wp.static(_WIDE_COLUMNS)):
+            acc = ACC()
+            full = k0 + wp.static(_WIDE_COLUMNS) <= F
+            for e in range(rng[0], rng[0] + rng[1]):
+                jl = adj.neighborList[e]
+                if jl >= wp.int64(0) and jl < nR:
+                    j = wp.int32(jl)
+                    admitted = True
+                    if wp.static(not allReferences):
+                        admitted = checkDirectionality_j(wp.static(mode), r.kinds[j])
+                    if admitted:
+                        x_ij = x_i - r.positions[j]
+                        for a in range(wp.static(D)):
+                            x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
+                        g = geometry(i, j, x_ij, h_i, q, r, corr, ks)
+                        if full:
+                            # a whole block: no per-column test (the columns vectorise)
+                            for kk in range(wp.static(_WIDE_COLUMNS)):
+                                v = column(i, j, k0 + kk, F, x_ij, h_i, g, q, r, corr, ks,
+                                           extra)
+                                if wp.static(vector):
+                                    for delta in range(wp.static(D)):
+                                        acc[delta * wp.static(_WIDE_COLUMNS) + kk] += v[delta]
+                                else:
+                                    acc[kk] += v
+                        else:
+                            # the last, partial block (a one-column field: one pass)
+                            for kk in range(F - k0):
+                                v = column(i, j, k0 + kk, F, x_ij, h_i, g, q, r, corr, ks,
+                                           extra)
+                                if wp.static(vector):
+                                    for delta in range(wp.static(D)):
+                                        acc[delta * wp.static(_WIDE_COLUMNS) + kk] += v[delta]
+                                else:
+                                    acc[kk] += v
+                elif k0 == 0:
+                    flagError(adj.errors, adj.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e), jl, i,
+                              nR, wp.int64(0))
+            for kk in range(wp.static(_WIDE_COLUMNS)):
+                k = k0 + kk
+                if k < F:
+                    for delta in range(wp.static(W)):
+                        out[base + k * wp.static(W) + delta] = acc[
+                            delta * wp.static(_WIDE_COLUMNS) + kk]
+
+    return wideSum
+
+
+def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: bool,
+                    module: str = "unique"):
+    """The forward kernel of an operator whose pair term splits into a per-pair part and a
+    per-column part, ``column(i, j, k, F, x_ij, h_i, geometry(i, j, x_ij, h_i, q, r, corr,
+    ks), q, r, corr, ks, extra)``, with the ABI of `_vectorRowKernel` (`vector`) or
+    `_scalarRowKernel`: one thread per output (row, column), or, for a `Configuration.wide`
+    configuration, the same launch in which thread (i, 0) computes every column of row i in
+    one traversal (`_wideRowSum`) and the other threads of the row return at once."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+
+    @specialFunction(name + "_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P,
+             r: P, corr: C, ks: KS, extra: X):
+        return column(i, j, k, F, x_ij, h_i, geometry(i, j, x_ij, h_i, q, r, corr, ks),
+                      q, r, corr, ks, extra)
+
+    if not cfg.wide:
+        build = _vectorRowKernel if vector else _scalarRowKernel
+        return build(name, cfg, pair, X, module)
+
+    # a one-column field (the common call) keeps the per-column loop: one accumulator
+    rowSum = _neighborSum(pair, cfg, vector, X)
+    wideSum = _wideRowSum(geometry, column, cfg, X, vector)
+    admitted = _queryAdmitted(cfg)
+    W = D if vector else 1
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               extra: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        ok = admitted(queryState.kinds[i])
+        if fieldWidth == 1:
+            if wp.static(vector):
+                vv = V()
+                if ok:
+                    vv = rowSum(adjacencyState, gridState, i, 0, 1, queryState,
+                                referenceState, domainState, correctionData, kernelProperties,
+                                extra)
+                    if wp.static(cfg.calibrate):
+                        vv = vv * kernelProperties.normalizationCoefficient
+                for delta in range(wp.static(D)):
+                    out[i * wp.static(D) + delta] = vv[delta]
+            else:
+                sv = S(0.0)
+                if ok:
+                    sv = rowSum(adjacencyState, gridState, i, 0, 1, queryState,
+                                referenceState, domainState, correctionData, kernelProperties,
+                                extra)
+                    if wp.static(cfg.calibrate):
+                        sv = sv * kernelProperties.normalizationCoefficient
+                out[i] = sv
+        elif tid - i * fieldWidth == 0:
+            base = i * fieldWidth * wp.static(W)
+            n = fieldWidth * wp.static(W)
+            for m in range(n):
+                out[base + m] = S(0.0)
+            if ok:
+                wideSum(adjacencyState, i, fieldWidth, queryState, referenceState,
+                        domainState, correctionData, kernelProperties, extra, out)
+                if wp.static(cfg.calibrate):
+                    for m in range(n):
+                        out[base + m] = out[base + m] * kernelProperties.normalizationCoefficient
+
+    return _kernel(kernel, name, cfg, module)
+
+
+def _scalarRowKernel(name: str, cfg: Configuration, pair, X, module: str = "unique"):
+    """A kernel with the Interpolate's and the Laplacian's ABI: thread (i, k) sums the scalar
+    `pair` over the references of query i (CSR or grid) and stores it at ``out[i F + k]``."""
+    P, DOM, C, KS, A, G = _structs(cfg)
+    S = cfg.scalar
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               extra: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        k = tid - i * fieldWidth
+        val = S(0.0)
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties, extra)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        out[tid] = val
+
+    return _kernel(kernel, name, cfg, module)
 
 
 def _queryAdmitted(cfg: Configuration):
@@ -407,18 +611,21 @@ def _gradientKernel(cfg: Configuration, module: str = "unique"):
     P, DOM, C, KS, A, G = _structs(cfg)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     X = wp.array(dtype=S)
-    fieldCoefficient_ij = fieldCoefficientOf(cfg.gradientScheme)
+    fieldCoefficient_ij = fieldCoefficientOf(cfg.gradientScheme, cfg.plain)
 
-    @specialFunction("gradient_" + cfg.tag)
-    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, extra: X):
-        c = fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False)
+    @specialFunction("gradientGeometry_" + cfg.tag)
+    def geometry(i: wp.int32, j: wp.int32, x_ij: V, h_i: S, q: P, r: P, corr: C, ks: KS):
         Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
         if wp.static(cfg.renormalize):
             Gv = wp.mul(corr.renormalizationMatrices[i], Gv)
-        return c * Gv
+        return Gv
 
-    return _vectorRowKernel("gradient", cfg, pair, X, module)
+    @specialFunction("gradientColumn_" + cfg.tag)
+    def column(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, Gv: V,
+               q: P, r: P, corr: C, ks: KS, extra: X):
+        return fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False) * Gv
+
+    return _splitRowKernel("gradient", cfg, geometry, column, X, True, module)
 
 
 def _vectorRowKernel(name: str, cfg: Configuration, pair, X, module: str = "unique"):
@@ -461,7 +668,7 @@ def gradientSpecialized(config: dict):
     if cfg is None:
         return None
     return _gradientKernel(dataclasses.replace(
-        cfg, renormalize=bool(config["useGradientRenormalization"])))
+        _widened(cfg, config), renormalize=bool(config["useGradientRenormalization"])))
 
 
 @functools.cache
@@ -526,7 +733,7 @@ def _gradientPair(cfg: Configuration):
     """The forward kernel of `cfg` built in one Warp module with the reverse kernel of its
     configuration: a differentiated call compiles one module instead of two (the module's
     structs and shared functions once; about 0.15 s of a cold first call on 2 cores)."""
-    reverseCfg = dataclasses.replace(cfg, gradientScheme=0)
+    reverseCfg = dataclasses.replace(cfg, gradientScheme=0, wide=False, plain=False)
     module = f"warpSPHCore_gradientAndVJP_{cfg.tag}_pair"
     # both kernels exist before either is launched: a kernel added to a loaded module would
     # rebuild it (W79)
@@ -541,7 +748,7 @@ def gradientPairedSpecialized(config: dict):
     if config["useCRK"] or config["useGradientRenormalization"]:
         return None
     cfg = configurationOf(config, scheme=True)
-    return None if cfg is None else _gradientPair(cfg)
+    return None if cfg is None else _gradientPair(_widened(cfg, config))
 
 
 @functools.cache
@@ -581,6 +788,38 @@ def gradientJVPSpecialized(config: dict):
     return None if cfg is None else _gradientJVPKernel(cfg)
 
 
+@functools.cache
+def _interpolateKernel(cfg: Configuration):
+    """The Interpolate's forward kernel (`interpolate.interpolateKernel`: thread (i, k),
+    ``f_j[k] V_j W_ij``) for one configuration, without CRK."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    GEO = wp.types.vector(length=2, dtype=S)
+
+    @specialFunction("interpolateGeometry_" + cfg.tag)
+    def geometry(i: wp.int32, j: wp.int32, x_ij: V, h_i: S, q: P, r: P, corr: C, ks: KS):
+        return GEO(apparentVolume_j(r, corr, j), pk.W_ij(x_ij, h_i, r.supports[j]))
+
+    @specialFunction("interpolateColumn_" + cfg.tag)
+    def column(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, g: GEO,
+               q: P, r: P, corr: C, ks: KS, extra: X):
+        return extra[j * F + k] * g[0] * g[1]
+
+    return _splitRowKernel("interpolate", cfg, geometry, column, X, False)
+
+
+def interpolateSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Interpolate: the calls without CRK (which corrects
+    W_ij with the query's A, B)."""
+    if config["useCRK"]:
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _interpolateKernel(_widened(cfg, config))
+
+
 _REG_N = LAPLACIAN_REG_N
 _REG_DEFAULT = LAPLACIAN_REG_DEFAULT
 
@@ -595,6 +834,9 @@ def _laplacianKernel(cfg: Configuration):
     X = wp.array(dtype=S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     scheme = cfg.laplacianScheme
+    # the plain copy has the gradient scheme (which picks s_ij) fixed
+    difference_ij = laplacianDifferenceOf(cfg.gradientScheme) if cfg.plain \
+        else laplacianDifference_ij
 
     @specialFunction("laplacianDot_" + cfg.tag)
     def blockDot(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, v: V, q: P, r: P,
@@ -602,57 +844,58 @@ def _laplacianKernel(cfg: Configuration):
         """sum_{c < d} q_ij[base + c] v[c] (`laplacian._blockDot`)."""
         acc = S(0.0)
         for c in range(wp.static(D)):
-            acc += laplacianDifference_ij(i, j, base + c, F, q, r, corr, ks, values) * v[c]
+            acc += difference_ij(i, j, base + c, F, q, r, corr, ks, values) * v[c]
         return acc
 
-    @specialFunction("laplacian_" + cfg.tag)
-    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, extra: X):
-        res = S(0.0)
+    # the pair's geometry, shared by the columns: (r_ij, the factor of q_ij[k], D_ij); the
+    # factor is G_ij . n_ij / D_ij (Dot), -2 G_ij . n_ij / D_ij (Brookshaw), the same over
+    # r_ij + 1e-2 h_ij (Default), G_ij . v_ij (Consistent): one quotient per pair, not per
+    # column (the generic kernel divides per term: the results agree to rounding)
+    GEO = wp.types.vector(length=3, dtype=S)
+
+    @specialFunction("laplacianGeometry_" + cfg.tag)
+    def geometry(i: wp.int32, j: wp.int32, x_ij: V, h_i: S, q: P, r: P, corr: C, ks: KS):
+        g = GEO()
         r_ij = wp.length(x_ij)
+        g[0] = r_ij
         if r_ij > S(0.0):  # the generic kernel's guard (W12)
-            q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, extra)
             h_j = r.supports[j]
             h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
             Gv = pk.gradW_ij(x_ij, h_i, h_j)
             if wp.static(cfg.renormalize):
                 Gv = wp.mul(corr.renormalizationMatrices[i], Gv)
             Dn = r_ij + S(_REG_N) * h_ij
-            n_ij = x_ij / Dn
-            Gn = wp.dot(Gv, n_ij)
+            Gn = wp.dot(Gv, x_ij / Dn)
+            g[2] = Dn
             if wp.static(scheme == 5):
                 # laplacian.consistentDirection_ij with a state (the factory's condition)
                 v = wp.mul(corr.laplacianMatrices[i], x_ij) / (Dn * Dn) \
                     - corr.laplacianVectors[i]
-                res = q_k * wp.dot(Gv, v)
+                g[1] = wp.dot(Gv, v)
             elif wp.static(scheme == 3):
-                base = (k / wp.static(D)) * wp.static(D)
-                qn = blockDot(i, j, base, F, n_ij, q, r, corr, ks, extra)
-                res = (Gn / Dn) * (q_k - S(wp.static(float(D + 2))) * qn * n_ij[k - base])
+                g[1] = Gn / Dn
             elif wp.static(scheme == 4):
-                res = S(-2.0) * q_k * Gn / (r_ij + S(_REG_DEFAULT) * h_ij)
+                g[1] = S(-2.0) * Gn / (r_ij + S(_REG_DEFAULT) * h_ij)
             else:
-                res = S(-2.0) * q_k * Gn / Dn
+                g[1] = S(-2.0) * Gn / Dn
+        return g
+
+    @specialFunction("laplacianColumn_" + cfg.tag)
+    def column(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, g: GEO,
+               q: P, r: P, corr: C, ks: KS, extra: X):
+        res = S(0.0)
+        if g[0] > S(0.0):
+            q_k = difference_ij(i, j, k, F, q, r, corr, ks, extra)
+            if wp.static(scheme == 3):
+                base = (k / wp.static(D)) * wp.static(D)
+                n_ij = x_ij / g[2]
+                qn = blockDot(i, j, base, F, n_ij, q, r, corr, ks, extra)
+                res = g[1] * (q_k - S(wp.static(float(D + 2))) * qn * n_ij[k - base])
+            else:
+                res = q_k * g[1]
         return res
 
-    rowSum = _neighborSum(pair, cfg, False, X)
-    admitted = _queryAdmitted(cfg)
-
-    def laplacian(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                  adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                  values: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        k = tid - i * fieldWidth
-        val = S(0.0)
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, values)
-            if wp.static(cfg.calibrate):
-                val = val * kernelProperties.normalizationCoefficient
-        out[tid] = val
-
-    return _kernel(laplacian, "laplacian", cfg)
+    return _splitRowKernel("laplacian", cfg, geometry, column, X, False)
 
 
 def laplacianSpecialized(config: dict):
@@ -668,6 +911,9 @@ def laplacianSpecialized(config: dict):
     cfg = configurationOf(config)
     if cfg is None:
         return None
+    cfg = _widened(cfg, config)
+    if cfg.plain:
+        cfg = dataclasses.replace(cfg, gradientScheme=int(config["gradientMode"]))
     return _laplacianKernel(dataclasses.replace(
         cfg, laplacianScheme=scheme, renormalize=bool(config["useGradientRenormalization"])))
 

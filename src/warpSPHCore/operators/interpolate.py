@@ -35,6 +35,7 @@ from ..kernels.support import sphKernel_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import apparentVolume_j, apparentVolumeJVP_j
+from ._specialized import interpolateSpecialized
 from ._tangents import correctedKernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
@@ -157,4 +158,5 @@ INTERPOLATE_SPEC = OperatorSpec(
     extras=(ExtraSpec("referenceValues", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(referenceValueExtra="referenceValues", geometryKernel=interpolateJVPKernel),
+    specialize=interpolateSpecialized,
 )

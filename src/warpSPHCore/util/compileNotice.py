@@ -130,6 +130,9 @@ def specializedLabel(moduleName: str) -> str:
             if rest[0] == "L":  # gradient renormalization in the kernel
                 items.append("renormalized")
                 rest = rest[1:]
+            if rest[0] in ("w", "wp"):  # every field column of a row in one thread
+                items.append("row per thread" + (", plain states" if rest[0] == "wp" else ""))
+                rest = rest[1:]
             items.append(rest[0])  # the traversal: csr or grid
             rest = rest[1:]
             if rest and rest[0] == "cal":
