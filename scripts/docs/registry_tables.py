@@ -232,15 +232,18 @@ def jvpScopeTable() -> str:
         corrections = "—"
         if scope.correctionTangents:
             labels = [CORRECTION_LABELS[c] for c in scope.correctionTangents]
-            corrections = ", ".join(labels) + (", both" if len(labels) == 2 else "")
+            corrections = ", ".join(labels) + {2: ", both", 3: ", together"}.get(len(labels),
+                                                                                 "")
             ignored = {getattr(entry.corrections, c).ignoredWith for c in scope.correctionTangents}
             ignored.discard(None)
             for why in sorted(ignored, key=lambda w: (w.option, int(w.value))):
                 if not why.dropped:
                     continue
-                corrections += f" (not {_value(why.value)})"
-                raises.append("/".join(CORRECTION_LABELS[c] for c in scope.correctionTangents)
-                              + f" with {_value(why.value)}")
+                names = [CORRECTION_LABELS[c] for c in scope.correctionTangents
+                         if getattr(entry.corrections, c).ignoredWith == why]
+                which = "" if len(names) == len(labels) else "/".join(names) + " "
+                corrections += f" ({which}not {_value(why.value)})"
+                raises.append("/".join(names) + f" with {_value(why.value)}")
         rows.append([op.name, value, geometry, corrections, ", ".join(raises) or "—"])
     return _table(["Operator", "Value tangents (Tier 1)", "Geometry tangents (Tier 2)",
                    "Correction tangents", "Raises"], rows)

@@ -284,7 +284,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                      crkState=None, crkTangentState=None, gradHState=None,
                      renormalizationState=None, renormalizationTangentState=None,
                      consistentDivergence=False, laplacianCorrectionState=None,
-                     laplacianCorrectionTangentState=None):
+                     laplacianCorrectionTangentState=None, gradHTangentState=None):
     """Directional derivative of `warpOperation` in the combined direction of every supplied
     tangent (`autodiff.md` §9.2), in the primal's public output shape (Covariance: the matrix
     tangent only).
@@ -324,6 +324,11 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         laplacianCorrectionTangentState: `LaplacianCorrectionTangentState` of it (``B`` and
             ``gamma`` read; either may be None = frozen), e.g. from
             `corrections.computeLaplacianCorrectionJVP`.
+        gradHTangentState: a `GradHState` holding the tangents of `gradHState`'s Omegas
+            (``queryOmegas [N_q]``; ``referenceOmegas [N_r]`` or None: the query tangent when
+            the primal state has no reference Omegas, else frozen). Read by the operators
+            that divide by Omega (Gradient, Divergence, Curl, Laplacian); ignored by the
+            others, as the primal state is.
 
     Returns:
         The tangent, same shape, dtype and device as the primal output; differentiable in
@@ -348,7 +353,8 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
                       tangentQueryVolumes, tangentReferenceVolumes, adjacency,
                       referenceParticles, crkState, crkTangentState, gradHState,
                       renormalizationState, renormalizationTangentState, consistentDivergence,
-                      laplacianCorrectionState, laplacianCorrectionTangentState):
+                      laplacianCorrectionState, laplacianCorrectionTangentState,
+                      gradHTangentState):
     """`warpOperationJVP` on tensors no `torch.func` transform wraps."""
     op = WarpOperation(operationProperties.operation)
     entry = operatorEntry(op)
@@ -381,7 +387,7 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
         getattr(qt, "densities", None), getattr(rt, "positions", None),
         getattr(rt, "supports", None), getattr(rt, "masses", None),
         getattr(rt, "densities", None), tangentReferenceVolumes, crkTangentState, renormT,
-        laplacianCorrectionTangentState))
+        laplacianCorrectionTangentState, gradHTangentState))
     hasValueTangent = tangentQueryValues is not None or tangentReferenceValues is not None
     if hasValueTangent and not scope.valueTangents:
         raise NotImplementedError(f"{_WHERE}: {op.name} has no value input; accepted tangents: "
@@ -443,6 +449,25 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
     if renormT is not None and ctx.corrections.renorm is not None:
         _checkTangent("renormalizationTangentState", renormT,
                       ctx.corrections.renorm.renormalizationMatrices, device, dtype)
+    omegaT = (None, None)
+    if gradHTangentState is not None:
+        if gradHState is None:
+            raise ValueError(f"{_WHERE}: gradHTangentState given without gradHState; pass "
+                             "the primal GradHState whose tangent it is")
+        primalH = ctx.corrections.gradH if ctx.corrections.gradH is not None else gradHState
+        qo = getattr(gradHTangentState, "queryOmegas", None)
+        ro = getattr(gradHTangentState, "referenceOmegas", None)
+        _checkTangent("gradHTangentState.queryOmegas", qo, primalH.queryOmegas, device, dtype)
+        if primalH.referenceOmegas is None:
+            if ro is not None:
+                raise ValueError(f"{_WHERE}: gradHTangentState.referenceOmegas is given but "
+                                 "gradHState has no referenceOmegas (its query Omegas serve "
+                                 "both roles, and so does their tangent)")
+            ro = qo
+        else:
+            _checkTangent("gradHTangentState.referenceOmegas", ro, primalH.referenceOmegas,
+                          device, dtype)
+        omegaT = (qo, ro)
     if laplacianCorrectionTangentState is not None and ctx.corrections.laplacian is not None:
         for f in ("B", "gamma"):
             _checkTangent(f"laplacianCorrectionTangentState.{f}",
@@ -463,6 +488,8 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
             ctx.corrections, **{n: ((None, None) if n == "volumes" else None) for n in drop})
         if "volumes" in drop:
             tangentReferenceVolumes = None
+        if "gradH" in drop:
+            omegaT = (None, None)
 
     readsDensities = "densities" in scope.geometry
     tangents = GeometryTangents(
@@ -472,7 +499,7 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
         rMasses=getattr(rt, "masses", None),
         rDensities=getattr(rt, "densities", None) if readsDensities else None,
         rVolumes=tangentReferenceVolumes, crk=crkTangentState, renorm=renormT,
-        laplacian=laplacianCorrectionTangentState,
+        laplacian=laplacianCorrectionTangentState, qOmegas=omegaT[0], rOmegas=omegaT[1],
         tValues=_flatValueTangent(entry, tangentQueryValues, tangentReferenceValues,
                                   queryValues, referenceValues))
     if not readsDensities and (getattr(qt, "densities", None) is not None
@@ -534,9 +561,6 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
             raise NotImplementedError(f"{op.name}: a live forward-mode tangent on "
                                       f"{SLOT_NAMES[k]} (domain or grid bounds); no geometry "
                                       "JVP differentiates domain bounds or grid structure")
-    if (live(_QOMEGA) or live(_ROMEGA)) and entry.corrections.gradH.applied:
-        raise NotImplementedError(f"{op.name}: forward-mode tangents of the grad-h Omega are "
-                                  "not supported")
     for k in range(_ADJ_LIST, _GRID_SORT + 1):
         if live(k):
             raise NotImplementedError(f"{op.name}: a live tangent on {SLOT_NAMES[k]}")
@@ -581,7 +605,11 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
         crk=crkT, renorm=renormT, tValues=tValues,
         laplacian=(LaplacianCorrectionTangentState(B=tan(_LAP_MAT), gamma=tan(_LAP_VEC))
                    if corr.laplacian is not None and (live(_LAP_MAT) or live(_LAP_VEC))
-                   else None))
+                   else None),
+        # the Omegas' tangents where the operator divides by Omega (the reference slot holds
+        # the query Omegas, and so their tangent, when the state gives no reference Omegas)
+        qOmegas=tan(_QOMEGA) if corr.gradH is not None else None,
+        rOmegas=tan(_ROMEGA) if corr.gradH is not None else None)
     if tangents.hasGeometry:
         checkJVPScope(op, jctx, jextras, tangents, where=f"{op.name} (forward-mode AD)")
     out = jvpFromContext(op, jctx, jextras, tangents)

@@ -6,8 +6,8 @@ cotangents) and reverse mode through that rule (grad_x <u, J(x) c> for the input
 with float64 `torch.autograd.gradgradcheck` (second derivatives against central differences of
 the first-order gradients, and the gradient with respect to the cotangents) for every operator
 of the registry on CSR lists and on the grid, with respect to positions, supports, masses,
-densities and values; the correction states (volumes, CRK, renormalization) where the operator
-reads them; kinds; a periodic domain; float32 against float64; the Density HVP route against
+densities and values; the correction states (volumes, grad-h Omegas, CRK, renormalization)
+where the operator reads them; kinds; a periodic domain; float32 against float64; the Density HVP route against
 ``torch.autograd.functional.hvp``; ``torch.autograd.functional.jvp`` against the dual route;
 and a clear error where the second derivative is not available (under gradient checkpointing).
 """
@@ -111,7 +111,7 @@ def _correctionSets(op):
     covered, rejected = [], []
     if use.volumes.applied and "reference volumes" in scope.geometry:
         covered.append("volumes")
-    for c in ("crk", "renorm"):
+    for c in ("gradH", "crk", "renorm"):
         if getattr(use, c).applied:
             (rejected if c in scope.rejectedStates else covered).append(c)
     return tuple(covered), tuple(rejected)
@@ -145,7 +145,7 @@ def _correctionCall(op, corr, seed):
 @pytest.mark.parametrize("op", _CORRECTED, ids=[op.name for op in _CORRECTED])
 def test_gradgradcheck_correction_states(op):
     """The correction states the operator reads and its forward-mode rule covers (volumes,
-    CRK A/B/gradA/gradB, renormalization L), with the positions and values; a state outside
+    grad-h Omegas, CRK A/B/gradA/gradB, renormalization L), with the positions and values; a state outside
     that rule makes the second derivative raise, naming it."""
     covered, rejected = _correctionSets(op)
     if covered:
@@ -155,7 +155,7 @@ def test_gradgradcheck_correction_states(op):
         fn, leaves = _correctionCall(op, (state,), 13)
         out = fn(*leaves)
         (g,) = torch.autograd.grad((out ** 2).sum(), leaves[0], create_graph=True)
-        label = {"crk": "CRK", "renorm": "renormalization"}[state]
+        label = {"crk": "CRK", "renorm": "renormalization", "gradH": "grad-h"}[state]
         with pytest.raises(NotImplementedError, match=f"double backward.*{label}"):
             torch.autograd.grad(g.sum(), leaves[0])
 

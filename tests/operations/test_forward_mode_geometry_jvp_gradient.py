@@ -245,15 +245,15 @@ def test_gradient_jvp_rejections(device):
     dx = torch.ones_like(q.positions)
     geo = dict(queryTangentState=ParticleTangentState(positions=dx))
     omega = torch.full_like(q.supports, 1.1)
-    # grad-h with a geometry tangent: out of scope
-    with pytest.raises(NotImplementedError, match="grad-h"):
-        warpOperationJVP(qs, pr, dom, adjacency=c.adj, gradHState=omega, **kw, **geo)
-    # ... also through the dual route
+    # grad-h with a geometry tangent (test_gradh_forward_mode.py checks the values): the
+    # explicit route equals the dual route
+    explicit = warpOperationJVP(qs, pr, dom, adjacency=c.adj, gradHState=omega, **kw, **geo)
     with torch.autograd.forward_ad.dual_level():
         dpos = torch.autograd.forward_ad.make_dual(q.positions, dx)
         dq = ParticleState(dpos, q.supports, q.masses, q.kinds, q.densities)
-        with pytest.raises(NotImplementedError, match="grad-h"):
-            warpOperation(dq, pr, dom, adjacency=c.adj, gradHState=omega, **kw)
+        out = warpOperation(dq, pr, dom, adjacency=c.adj, gradHState=omega, **kw)
+        torch.testing.assert_close(torch.autograd.forward_ad.unpack_dual(out).tangent,
+                                   explicit, rtol=1e-12, atol=1e-12)
     # query-mass tangent
     with pytest.raises(ValueError, match="masses"):
         warpOperationJVP(qs, pr, dom, adjacency=c.adj, **kw, queryTangentState=(

@@ -10,7 +10,7 @@ primal (rtol 1e-8) and central differences (rtol 1e-5), float64, frozen neighbou
 renormalization together (with their tangents) among the corrections; single channels;
 coincident points with CRK; the dual route equals the explicit route; grid == CSR ==
 adjacency=None; combined == sum; mixed kinds; float32; Default's JVP is not Brookshaw's;
-positiveDivergence through both routes; grad-h with geometry tangents rejected; reverse
+positiveDivergence through both routes; grad-h with geometry tangents; reverse
 over forward.
 """
 
@@ -129,11 +129,13 @@ def test_default_jvp_rejections(device):
     c = Case(q, r, dom, pr, "csr", "crk+renorm", (2,), seed=711)
     qs, kw = callArgs(c.P, q, r)
     geo = dict(queryTangentState=ParticleTangentState(positions=torch.ones_like(q.positions)))
-    # grad-h with a geometry tangent is out of scope (value tangents alone are Tier 1)
+    # grad-h with a geometry tangent is in scope (test_gradh_forward_mode.py): the tangent
+    # differs from the one without Omega
     ok = props(LAP, laplacianMode=DEFAULT, gradientMode=GradientScheme.Difference)
-    with pytest.raises(NotImplementedError, match="grad-h"):
-        warpOperationJVP(qs, ok, dom, adjacency=c.adj, **kw, **geo,
-                         gradHState=torch.full_like(q.supports, 1.1))
+    withH = warpOperationJVP(qs, ok, dom, adjacency=c.adj, **kw, **geo,
+                             gradHState=torch.full_like(q.supports, 1.1))
+    without = warpOperationJVP(qs, ok, dom, adjacency=c.adj, **kw, **geo)
+    torch.testing.assert_close(withH, without / 1.1, rtol=1e-12, atol=1e-12)
 
 
 def test_default_jvp_positive_divergence(device):

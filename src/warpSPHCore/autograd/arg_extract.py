@@ -191,10 +191,12 @@ def _tangentFields(vec, mat, s):
         "A": wp.array(dtype=s), "B": wp.array(dtype=vec), "gradA": wp.array(dtype=vec),
         "gradB": wp.array(dtype=mat), "L": wp.array(dtype=mat),
         "values": wp.array(dtype=s), "tValues": wp.array(dtype=s),
+        "qOmegas": wp.array(dtype=s), "rOmegas": wp.array(dtype=s),
         "hasQPositions": wp.bool, "hasQSupports": wp.bool, "hasQDensities": wp.bool,
         "hasRPositions": wp.bool, "hasRSupports": wp.bool, "hasRMasses": wp.bool,
         "hasRDensities": wp.bool, "hasRVolumes": wp.bool, "hasCRK": wp.bool,
         "hasRenormalization": wp.bool, "hasValueTangent": wp.bool, "hasGeometry": wp.bool,
+        "hasQOmegas": wp.bool, "hasROmegas": wp.bool,
     }
 
 

@@ -62,7 +62,9 @@ class GeometryTangents:
     correction tangents ``crk`` (a `CRKTangentState`) and ``renorm`` (``[N_q, d, d]``);
     ``values``/``tValues``: the frozen flat field ``[N_q F | N_r F]`` and its tangent;
     ``laplacian``: the tangent (``B``, ``gamma``) of the consistent Laplacian's state (handled
-    by `operationsJVP.jvpFromContext` by linearity, never by a Tier-2 kernel).
+    by `operationsJVP.jvpFromContext` by linearity, never by a Tier-2 kernel); ``qOmegas
+    [N_q]``, ``rOmegas [N_r]``: the tangents of the grad-h Omegas (the kernels read them only
+    where the operator divides by Omega).
     """
 
     qPositions: Optional[torch.Tensor] = None
@@ -78,13 +80,15 @@ class GeometryTangents:
     values: Optional[torch.Tensor] = None
     tValues: Optional[torch.Tensor] = None
     laplacian: Any = None
+    qOmegas: Optional[torch.Tensor] = None
+    rOmegas: Optional[torch.Tensor] = None
 
     @property
     def hasGeometry(self) -> bool:
         return any(t is not None for t in (
             self.qPositions, self.qSupports, self.qDensities, self.rPositions, self.rSupports,
             self.rMasses, self.rDensities, self.rVolumes, self.crk, self.renorm,
-            self.laplacian))
+            self.laplacian, self.qOmegas, self.rOmegas))
 
 
 def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outputDtype=None,
@@ -131,6 +135,7 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         (crk.gradB if crk is not None else None, FieldKind.MATRIX),
         (t.renorm, FieldKind.MATRIX),
         (t.values, FieldKind.SCALAR), (t.tValues, FieldKind.SCALAR),
+        (t.qOmegas, FieldKind.SCALAR), (t.rOmegas, FieldKind.SCALAR),
     ]
     present = [x is not None for x, _ in block]
     full = list(flat) + [x if x is not None else null(kind) for x, kind in block]
@@ -140,6 +145,7 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         "hasQDensities": present[6], "hasRDensities": present[7], "hasRVolumes": present[8],
         "hasCRK": crk is not None, "hasRenormalization": present[13],
         "hasValueTangent": present[15], "hasGeometry": t.hasGeometry,
+        "hasQOmegas": present[16], "hasROmegas": present[17],
     }
     packT = structFor("tangent", d, s)
 
@@ -150,7 +156,7 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
             "qPositions": a[0], "rPositions": a[1], "qSupports": a[2], "rSupports": a[3],
             "rMasses": a[5], "qDensities": a[6], "rDensities": a[7], "rVolumes": a[8],
             "A": a[9], "B": a[10], "gradA": a[11], "gradB": a[12], "L": a[13],
-            "values": a[14], "tValues": a[15],
+            "values": a[14], "tValues": a[15], "qOmegas": a[16], "rOmegas": a[17],
         }
         fields.update(flags)
         args.append(makeStruct(packT, fields, use_bundle=use_bundle, key=(d, s, "tangent")))

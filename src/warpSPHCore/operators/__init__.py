@@ -171,7 +171,7 @@ _CONSISTENT_LAPLACIAN = SchemeState(
                       "a pair selection by the values breaks its exactness")))
 _ALL_GEOMETRY = GEOMETRY_TANGENTS
 _CORRECTED_JVP = dict(valueTangents=True, geometry=_ALL_GEOMETRY,
-                      correctionTangents=("crk", "renorm"), rejectedStates=("gradH",))
+                      correctionTangents=("crk", "renorm", "gradH"))
 
 OPERATORS = {
     WarpOperation.Density: OperatorEntry(
@@ -183,7 +183,7 @@ OPERATORS = {
         WarpOperation.Interpolate, "interpolate", "f_i = Σ_j f_j V_j W^R_ij", "`[N_q, *S]`",
         sameShape,
         JVPScope(valueTangents=True, geometry=_ALL_GEOMETRY, correctionTangents=("crk",),
-                 rejectedStates=("renorm", "gradH")),
+                 rejectedStates=("renorm",)),
         values=ValueInputs.REFERENCE,
         corrections=CorrectionUses(volumes=_APPLIED, crk=CorrectionUse(note="A, B only"))),
     WarpOperation.Gradient: OperatorEntry(
@@ -226,7 +226,7 @@ OPERATORS = {
         WarpOperation.Covariance, "covariance", "C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij",
         "`[N_q, d, d]` (+ int32 count `[N_q]`)", matrixShape,
         JVPScope(valueTangents=False, geometry=_ALL_GEOMETRY,
-                 correctionTangents=("crk", "renorm"), rejectedStates=("gradH",)),
+                 correctionTangents=("crk", "renorm")),
         correctedGradient=True,
         corrections=CorrectionUses(volumes=_APPLIED, crk=_APPLIED, renorm=_APPLIED)),
     WarpOperation.Momentum: OperatorEntry(

@@ -63,7 +63,7 @@ import warp as wp
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
 __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
-           "consistentVolume_j", "fieldValues_ij",
+           "consistentVolume_j", "fieldValues_ij", "coefficientOfValues_ij", "omegaTangents_ij",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "densityPairVJP_ij", "gradientPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
@@ -188,27 +188,18 @@ def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, c
 # --- c_ij: the gradient schemes' coefficient (Gradient, Divergence, Curl) ---------------------
 
 
-def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
-    """`fieldCoefficient_ij` (`fixedScheme` None: the scheme read from ``ks.gradientMode`` at
-    run time) or its copy for one scheme fixed at code generation (`fieldCoefficientOf`):
-    the same arithmetic, so the same bits. `plain`: the copy for calls without grad-h and
-    volumes whose query and reference carry densities (`plainStates`), in which the
-    run-time tests of those states are resolved at code generation (the values read as
-    they are, V_j = m_j / rho_j): a pair loop over several columns then has no branch in
-    its column code."""
+def _variantName(stem: str, fixedScheme: int | None, plain: bool) -> str:
+    return f"{stem}_g{int(fixedScheme or 0)}{'p' if plain else ''}_ij"
 
-    def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any,
-                            r: Any, corr: Any, ks: Any, values: Any, consistent: wp.bool,
-                            divideQuery: wp.bool):
-        """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h,
-        and f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
-        f_i = values.dtype(0.0)
-        f_j = values.dtype(0.0)
-        if wp.static(plain):
-            f_i = values[i * F + a]
-            f_j = values[q.masses.shape[0] * F + j * F + a]
-        else:
-            f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
+
+def _coefficientOfValuesFunction(fixedScheme: int | None, plain: bool = False):
+    """`coefficientOfValues_ij`: c_ij of the call's gradient scheme for the field values
+    (f_i, f_j) as the pair reads them (module table), or its copy with the scheme fixed and,
+    with `plain`, the state tests resolved at code generation (`_fieldCoefficientFunction`)."""
+
+    def coefficientOfValues_ij(i: wp.int32, j: wp.int32, f_i: Any, f_j: Any, q: Any, r: Any,
+                               corr: Any, ks: Any, consistent: wp.bool):
+        """c_ij for the values (f_i, f_j), already divided by Omega where grad-h applies."""
         c = type(f_j)(0.0)
         scheme = ks.gradientMode
         if wp.static(fixedScheme is not None):
@@ -236,12 +227,45 @@ def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
         return c
 
     if fixedScheme is None and not plain:
-        return wp.func(fieldCoefficient_ij)
-    return wp.func(fieldCoefficient_ij,
-                   name=f"fieldCoefficient_g{int(fixedScheme or 0)}{'p' if plain else ''}_ij",
+        return wp.func(coefficientOfValues_ij)
+    return wp.func(coefficientOfValues_ij,
+                   name=_variantName("coefficientOfValues", fixedScheme, plain),
                    module="unique")
 
 
+def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
+    """`fieldCoefficient_ij` (`fixedScheme` None: the scheme read from ``ks.gradientMode`` at
+    run time) or its copy for one scheme fixed at code generation (`fieldCoefficientOf`):
+    the same arithmetic, so the same bits. `plain`: the copy for calls without grad-h and
+    volumes whose query and reference carry densities (`plainStates`), in which the
+    run-time tests of those states are resolved at code generation (the values read as
+    they are, V_j = m_j / rho_j): a pair loop over several columns then has no branch in
+    its column code."""
+    ofValues = coefficientOfValues_ij if fixedScheme is None and not plain \
+        else _coefficientOfValuesFunction(fixedScheme, plain)
+
+    def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any,
+                            r: Any, corr: Any, ks: Any, values: Any, consistent: wp.bool,
+                            divideQuery: wp.bool):
+        """c_ij[a] of the call's gradient scheme (module table); f_j / Omega_j under grad-h,
+        and f_i / Omega_i when `divideQuery` (Divergence, Curl; not Gradient)."""
+        f_i = values.dtype(0.0)
+        f_j = values.dtype(0.0)
+        if wp.static(plain):
+            f_i = values[i * F + a]
+            f_j = values[q.masses.shape[0] * F + j * F + a]
+        else:
+            f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
+        return ofValues(i, j, f_i, f_j, q, r, corr, ks, consistent)
+
+    if fixedScheme is None and not plain:
+        return wp.func(fieldCoefficient_ij)
+    return wp.func(fieldCoefficient_ij,
+                   name=_variantName("fieldCoefficient", fixedScheme, plain),
+                   module="unique")
+
+
+coefficientOfValues_ij = _coefficientOfValuesFunction(None)
 fieldCoefficient_ij = _fieldCoefficientFunction(None)
 
 
@@ -266,6 +290,25 @@ def fieldCoefficientOf(scheme: int, plain: bool = False):
 
 
 @wp.func
+def omegaTangents_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, corr: Any,
+                     t: Any, divideQuery: wp.bool):
+    """The tangents of the values a pair reads under grad-h, from the Omegas' tangents
+    alone: d(f_j / Omega_j) = -(f_j / Omega_j) dOmega_j / Omega_j, and the same for f_i when
+    `divideQuery` (0 without grad-h, without a tangent, or for f_i otherwise)."""
+    f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
+    df_i = type(f_j)(0.0)
+    df_j = type(f_j)(0.0)
+    useGradH, omega_j = getGradH_j(corr, j)
+    if useGradH:
+        if t.hasROmegas:
+            df_j = -f_j * t.rOmegas[j] / omega_j
+        if divideQuery and t.hasQOmegas:
+            useGradH_i, omega_i = getGradH_i(corr, i)
+            df_i = -f_i * t.qOmegas[i] / omega_i
+    return df_i, df_j
+
+
+@wp.func
 def coefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
                       corr: Any, ks: Any, t: Any, consistent: wp.bool, divideQuery: wp.bool):
     """(c_ij[a], dc_ij[a]) of the call's gradient scheme for the frozen values ``t.values``,
@@ -278,6 +321,10 @@ def coefficientJVP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any
     dc = type(c)(0.0)
     if t.hasValueTangent:
         dc = fieldCoefficient_ij(i, j, a, F, q, r, corr, ks, t.tValues, consistent, divideQuery)
+    if t.hasQOmegas or t.hasROmegas:
+        # c is linear in the values it reads: the Omegas' share is c of their tangents
+        df_i, df_j = omegaTangents_ij(i, j, a, F, q, corr, t, divideQuery)
+        dc = dc + coefficientOfValues_ij(i, j, df_i, df_j, q, r, corr, ks, consistent)
     if t.hasRMasses or t.hasQDensities or t.hasRDensities or t.hasRVolumes:
         f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, t.values, divideQuery)
         scheme = ks.gradientMode
@@ -489,8 +536,9 @@ def laplacianDifferenceOf(scheme: int):
 def laplacianDifferenceJVP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                               r: Any, corr: Any, ks: Any, t: Any):
     """(q_ij[k], dq_ij[k]) for the frozen values ``t.values``: dq = (f_j - f_i) ds_ij
-    (`laplacianScaleJVP_ij`) plus the value tangent's q_ij(tValues) (q is linear in f). Omega
-    has no tangent (grad-h: f / Omega on both sides, as in the value)."""
+    (`laplacianScaleJVP_ij`) plus the value tangent's q_ij(tValues) (q is linear in f) plus,
+    under grad-h, the Omegas' tangents' (d(f_j / Omega_j) - d(f_i / Omega_i)) s_ij
+    (`omegaTangents_ij`)."""
     q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.values)
     dq = type(q_k)(0.0)
     if t.hasGeometry:
@@ -498,4 +546,7 @@ def laplacianDifferenceJVP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32
         dq = (f_j - f_i) * laplacianScaleJVP_ij(i, j, q, r, corr, ks, t)
     if t.hasValueTangent:
         dq = dq + laplacianDifference_ij(i, j, k, F, q, r, corr, ks, t.tValues)
+    if t.hasQOmegas or t.hasROmegas:
+        df_i, df_j = omegaTangents_ij(i, j, k, F, q, corr, t, True)
+        dq = dq + (df_j - df_i) * laplacianScale_ij(i, j, q, r, corr, ks)
     return q_k, dq

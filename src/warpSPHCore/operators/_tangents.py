@@ -66,11 +66,11 @@ def supportTangentPresent(t: Any):
 @wp.func
 def coefficientTangentPresent(t: Any):
     """True when a field coefficient c_ij can have a tangent: a value tangent, or a mass,
-    density or reference-volume tangent. Otherwise dc_ij is identically 0 (not only its
+    density, reference-volume or Omega tangent. Otherwise dc_ij is identically 0 (not only its
     value: every input it reads is absent), so ``dc G`` and its adjoints vanish and G need not
     be evaluated."""
     return (t.hasValueTangent or t.hasRMasses or t.hasQDensities or t.hasRDensities
-            or t.hasRVolumes)
+            or t.hasRVolumes or t.hasQOmegas or t.hasROmegas)
 
 
 @wp.func
