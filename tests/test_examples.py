@@ -123,3 +123,10 @@ def test_learned_closure(tmp_path):
     stdout = runExample("learned_closure.py", tmp_path)
     assert "central difference" in stdout and "held-out velocity error" in stdout
     assert outputFiles(tmp_path) == {"learned_closure.json"}
+
+
+@pytest.mark.slow
+def test_cylinder_array_drag(tmp_path):
+    stdout = runExample("cylinder_array_drag.py", tmp_path)
+    assert "drag / (M F)" in stdout
+    assert outputFiles(tmp_path) == {"cylinder_array_drag.json"}

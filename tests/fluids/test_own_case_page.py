@@ -1,6 +1,6 @@
 """The recipes of docs/own-case.md run as written, in order, and compute what the page
 says: the periodic shear wave decays at the viscous rate, the tank stays at rest with the
-hydrostatic pressure, the column collapses inside its walls, and the learned drag of a
+hydrostatic pressure and its floor carries the water's weight, the column collapses inside its walls, and the learned drag of a
 trajectory loss gets a gradient."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def test_periodic_box(page):
 def test_tank_at_rest(page):
     assert page["tankError"] < 0.05
     assert page["tankSpeed"] < 0.01 * (page["gravity"] * page["depth"]) ** 0.5
+    assert page["floorLoad"] == pytest.approx(1.0, abs=0.03)  # the floor carries the water
 
 
 def test_free_surface(page):

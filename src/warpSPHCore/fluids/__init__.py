@@ -25,6 +25,7 @@ is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
   (2010) with renormalized density gradients, particle shifting (Lind et al. 2012).
 * `walls`: dummy-particle walls of Adami et al. (2012) over the wall-fluid edges, and
   `boxParticles` (wall layers of a box).
+* `forces`: the force of the fluid on walls and bodies (`Scheme.wallForce`: drag and lift).
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: symplectic Euler, kick-drift-kick, predictor-corrector, `defaultStepper`;
@@ -77,7 +78,12 @@ from .loop import (
     saveRestart,
     simulate,
 )
-from .momentum import momentumAcceleration, momentumField, transportVelocityAccelerations
+from .momentum import (
+    momentumAcceleration,
+    momentumField,
+    momentumRows,
+    transportVelocityAccelerations,
+)
 from .neighbours import VerletNeighbours, wrapPeriodic
 from .relaxation import relaxParticles
 from .rollout import RolloutResult, Trajectory, rollout
@@ -162,6 +168,7 @@ __all__ = [
     "backgroundPressureAcceleration",
     "momentumAcceleration",
     "momentumField",
+    "momentumRows",
     "transportVelocityAccelerations",
     "artificialViscosity",
     "antuonoDensityDiffusion",

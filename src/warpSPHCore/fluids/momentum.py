@@ -26,7 +26,8 @@ from ..dataTypes.operationProperties import OperationProperties
 from ..enumTypes import KernelFunctions, OperationDirection, SupportScheme, WarpOperation
 from ..operations import warpOperation
 
-__all__ = ["momentumAcceleration", "transportVelocityAccelerations", "momentumField"]
+__all__ = ["momentumAcceleration", "transportVelocityAccelerations", "momentumField",
+           "momentumRows"]
 
 
 def _column(name: str, value, n: int, like: torch.Tensor) -> torch.Tensor:
@@ -107,6 +108,17 @@ def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
     rows = _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
                          transportVelocities, volumes, kernel, supportMode, operationMode)
     return rows[:, 0] / particles.masses[:, None]
+
+
+def momentumRows(particles, pressures, velocities, domain, adjacency, *,
+                 dynamicViscosity=0.0, transportVelocities=None, volumes=None,
+                 kernel=KernelFunctions.Wendland2, supportMode=SupportScheme.Gather,
+                 operationMode=OperationDirection.AllQueriesNonGhostReferences):
+    """The fused Momentum operator's rows ``[N, 2, d]``: (m_i a_i, sum_j (V_i^2 + V_j^2)
+    G_ij) of the module formula over the pairs of `adjacency` (arguments as
+    `momentumAcceleration`); `Scheme.wallForce` sums the first over a body's pairs."""
+    return _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
+                         transportVelocities, volumes, kernel, supportMode, operationMode)
 
 
 def _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,

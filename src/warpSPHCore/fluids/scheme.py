@@ -96,10 +96,11 @@ from ..enumTypes import (
     interactionKinds,
 )
 from .eos import linearDensity, linearPressure, taitDensity, taitPressure
+from .forces import bodyAdjacency, checkBody
 from .health import HealthMonitor
 from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector
 from .loop import LoopOptions, Simulation
-from .momentum import momentumAcceleration, transportVelocityAccelerations
+from .momentum import momentumAcceleration, momentumRows, transportVelocityAccelerations
 from .neighbours import VerletNeighbours
 from .stabilization import antuonoDensityDiffusion, artificialViscosity, particleShifting
 from .terms import continuityDensityRate, densityDiffusion, numberDensityVolumes
@@ -247,6 +248,25 @@ class Shifting:
 
     speed: float
     coefficient: float = 2.0
+
+
+@dataclass(frozen=True)
+class MomentumInputs:
+    """What one rate evaluation gives the momentum equation (`Scheme.wallForce` reads it):
+    the particles with their densities (wall rows: the extrapolated wall densities), the
+    pressures, the velocities (wall rows: the viscous-term wall velocities), the transport
+    velocities (or None), the volumes (or None: m / rho), mu, p_b, the body force (or None)
+    and the fluid rows."""
+
+    particles: ParticleState
+    pressures: torch.Tensor
+    velocities: torch.Tensor
+    transportVelocities: torch.Tensor | None
+    volumes: torch.Tensor | None
+    dynamicViscosity: object
+    backgroundPressure: object
+    bodyForce: torch.Tensor | None
+    fluid: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -691,22 +711,21 @@ class Scheme:
                                 kernel=self.kernel, supportMode=self.supportMode,
                                 operationMode=self.interaction)
 
-    def _summationRates(self, particles: ParticleSet):
+    def _summationInputs(self, particles: ParticleSet):
+        """``inputs(state, adjacency) -> MomentumInputs`` of summation density (module
+        docstring, steps 1-3): the number-density volumes and densities, the pressures, the
+        walls' extrapolated values and the transport velocities."""
         H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
-        rho0, c0, kernel = self.rho0, self.c0, self.kernel
         walls, tv = self.walls, self.transportVelocity
         mu = self._dynamicViscosity(particles)
-        av = self.artificialViscosity
-        transport = tv is not None or self.shifting is not None
-        pb = 0.0 if tv is None else (rho0 * c0**2 if tv.backgroundPressure is None
+        pb = 0.0 if tv is None else (self.rho0 * self.c0**2 if tv.backgroundPressure is None
                                      else tv.backgroundPressure)
         wallVolume = None if walls is None else walls.volume
         noSlip = self._noSlipShare(particles)
-        kw = dict(kernel=kernel, supportMode=self.supportMode)
 
-        def rates(state, adjacency):
+        def inputs(state, adjacency):
             x, u = state.positions, state.velocities
-            V = numberDensityVolumes(make(x), domain, adjacency, kernel,
+            V = numberDensityVolumes(make(x), domain, adjacency, self.kernel,
                                      self.supportMode)
             rho = m / V
             P = make(x, rho)
@@ -720,13 +739,29 @@ class Scheme:
                                 else torch.full_like(V, wallVolume), V)
                 ut = torch.where(isWall[:, None], w.velocities, ut)
                 P, p, u = make(x, w.densities), w.pressures, w.velocities
+            return MomentumInputs(P, p, u, ut, V, mu, pb, g, isFluid)
+
+        return inputs
+
+    def _summationRates(self, particles: ParticleSet):
+        domain = particles.domain
+        av = self.artificialViscosity
+        transport = self.transportVelocity is not None or self.shifting is not None
+        kw = dict(kernel=self.kernel, supportMode=self.supportMode)
+        inputs = self._summationInputs(particles)
+
+        def rates(state, adjacency):
+            mi = inputs(state, adjacency)
+            P, p, u, V, isFluid, g = (mi.particles, mi.pressures, mi.velocities, mi.volumes,
+                                      mi.fluid, mi.bodyForce)
             a, ab = transportVelocityAccelerations(
-                P, p, u, domain, adjacency, backgroundPressure=pb, dynamicViscosity=mu,
-                transportVelocities=ut, volumes=V, operationMode=self.interaction, **kw)
+                P, p, u, domain, adjacency, backgroundPressure=mi.backgroundPressure,
+                dynamicViscosity=mi.dynamicViscosity, transportVelocities=mi.transportVelocities,
+                volumes=V, operationMode=self.interaction, **kw)
             if g is not None:
                 a = a + torch.where(isFluid[:, None], g, 0.0)
             if av is not None and av.form == "monaghan" and av.alpha > 0:
-                a = a + artificialViscosity(P, u, domain, adjacency, c0, alpha=av.alpha,
+                a = a + artificialViscosity(P, u, domain, adjacency, self.c0, alpha=av.alpha,
                                             smoothingLength=self._h(particles),
                                             operationMode=self.interaction, **kw)
             a = self._applyTerms("acceleration", a, lambda: TermContext(
@@ -739,19 +774,19 @@ class Scheme:
 
         return rates
 
-    def _continuityRates(self, particles: ParticleSet):
+    def _continuityInputs(self, particles: ParticleSet):
+        """``inputs(state, adjacency) -> MomentumInputs`` of a continuity equation (module
+        docstring, steps 2-3): the state's densities, the pressures and the walls'
+        extrapolated values (wall volumes ``Walls.volume``, default spacing^d)."""
         H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
-        rho0, c0, kernel = self.rho0, self.c0, self.kernel
-        walls, dd, av = self.walls, self.densityDiffusion, self.artificialViscosity
+        walls = self.walls
         mu = self._dynamicViscosity(particles)
         d = particles.dimension
         wallVolume = None if walls is None else (
             particles.spacing ** d if walls.volume is None else walls.volume)
-        h = self._h(particles)
         noSlip = self._noSlipShare(particles)
-        kw = dict(kernel=kernel, supportMode=self.supportMode, operationMode=self.interaction)
 
-        def rates(state, adjacency):
+        def inputs(state, adjacency):
             x, u, rho = state.positions, state.velocities, state.densities
             P = make(x, rho)
             p = self._pressures(state, adjacency, P, u, None, isFluid, domain)
@@ -762,8 +797,26 @@ class Scheme:
                 w = self._walls(P, p, u, domain, adjacency, g, noSlip)
                 P, p, uw = make(x, w.densities), w.pressures, w.velocities
                 V = torch.where(isWall, torch.full_like(p, wallVolume), m / w.densities)
-            acc = momentumAcceleration(P, p, uw, domain, adjacency, dynamicViscosity=mu,
-                                       volumes=V, **kw)
+            return MomentumInputs(P, p, uw, None, V, mu, 0.0, g, isFluid)
+
+        return inputs
+
+    def _continuityRates(self, particles: ParticleSet):
+        domain = particles.domain
+        rho0, c0 = self.rho0, self.c0
+        dd, av = self.densityDiffusion, self.artificialViscosity
+        h = self._h(particles)
+        kw = dict(kernel=self.kernel, supportMode=self.supportMode,
+                  operationMode=self.interaction)
+        inputs = self._continuityInputs(particles)
+
+        def rates(state, adjacency):
+            x, u = state.positions, state.velocities
+            mi = inputs(state, adjacency)
+            P, p, uw, V, isFluid, g = (mi.particles, mi.pressures, mi.velocities, mi.volumes,
+                                       mi.fluid, mi.bodyForce)
+            acc = momentumAcceleration(P, p, uw, domain, adjacency,
+                                       dynamicViscosity=mi.dynamicViscosity, volumes=V, **kw)
             if g is not None:
                 acc = acc + torch.where(isFluid[:, None], g, 0.0)
             if av is not None and av.form == "monaghan" and av.alpha > 0:
@@ -786,6 +839,42 @@ class Scheme:
             return Rates(acc, drho)
 
         return rates
+
+    # -- forces on walls ---------------------------------------------------------------------
+    def wallForce(self, particles: ParticleSet, body: torch.Tensor | None = None) -> Callable:
+        """``force(state, neighbours) -> [d]``: the force the fluid exerts on the wall
+        particles `body` (a bool ``[N]`` mask of Boundary particles; None: every wall), the
+        reaction of the pair forces those particles exert on the fluid in the momentum
+        equation: F = -sum_{i fluid} sum_{j in body} m_i a_ij, with the pressures, densities,
+        volumes, viscosities and wall values of the rate evaluation of the same state
+        (`fluids.forces`). Pressure and viscous (and transport-velocity) stresses, and the
+        Monaghan artificial viscosity where the scheme has it; not the body force, which acts
+        on the fluid, nor user terms. Drag and lift of a body in a stream are its components;
+        differentiable in reverse and forward mode as the rates are."""
+        self.checkKinds(particles)
+        mask = checkBody(particles, body)
+        inputs = (self._summationInputs(particles) if self.density == "summation"
+                  else self._continuityInputs(particles))
+        domain, av = particles.domain, self.artificialViscosity
+        kw = dict(kernel=self.kernel, supportMode=self.supportMode,
+                  operationMode=self.interaction)
+        m = particles.masses
+
+        def force(state, adjacency):
+            mi = inputs(state, adjacency)
+            edges = bodyAdjacency(adjacency, mi.fluid, mask)
+            rows = momentumRows(mi.particles, mi.pressures, mi.velocities, domain, edges,
+                                dynamicViscosity=mi.dynamicViscosity,
+                                transportVelocities=mi.transportVelocities,
+                                volumes=mi.volumes, **kw)
+            onFluid = rows[:, 0]  # m_i times the acceleration the body gives fluid row i
+            if av is not None and av.form == "monaghan" and av.alpha > 0:
+                onFluid = onFluid + m[:, None] * artificialViscosity(
+                    mi.particles, mi.velocities, domain, edges, self.c0, alpha=av.alpha,
+                    smoothingLength=self._h(particles), **kw)
+            return -torch.where(mi.fluid[:, None], onFluid, 0.0).sum(0)
+
+        return force
 
     # -- assembling a run ------------------------------------------------------------------
     def monitor(self, particles: ParticleSet, dt=None, *, every: int = 1,
