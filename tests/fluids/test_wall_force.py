@@ -6,9 +6,10 @@ for a continuity-equation scheme with the Morris and the Monaghan artificial vis
 summation-density scheme with the transport velocity; at rest the bottom carries the weight
 rho g H W and a side wall rho g H^2 / 2; in the start-up of a Poiseuille flow the force on
 each plate follows the wall shear stress mu du/dy of the analytic series, top and bottom
-alike. The force is differentiable (reverse and forward mode against central differences),
-makes no readback once the list's body edges are selected, and bad masks raise naming the
-particle."""
+alike. The force is differentiable (reverse and forward mode against central differences;
+the time-averaged drag of a cylinder through a rollout with respect to its radius and the
+body force), makes no readback once the list's body edges are selected, and bad masks raise
+naming the particle."""
 
 from __future__ import annotations
 
@@ -207,3 +208,55 @@ def test_no_wall_raises():
     with pytest.raises(ValueError, match="hold no wall particle"):
         scheme.wallForce(particles)
     assert x.shape == (n, 2)
+
+
+def test_mean_drag_gradients_through_a_rollout():
+    """The time-averaged drag of a cylinder in a periodic array over a 10-step rollout,
+    differentiated with respect to the cylinder's radius (its wall particles scaled about
+    the centre) and the body force, against central differences (float64): what an
+    optimisation of a body's shape or of the driving needs."""
+    from warpSPHCore.fluids import rollout
+
+    L, R0, n, rho0, speed = 0.1, 0.025, 16, 1000.0, 1e-4
+    dx = L / n
+    g = (torch.arange(n, dtype=F64) + 0.5) * dx
+    lattice = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    x0 = lattice[(lattice - L / 2).norm(dim=1) > R0 - 3 * dx]
+    inside = (x0 - L / 2).norm(dim=1) < R0
+    kinds = torch.where(inside, 1, 0).to(torch.int32)
+    N = x0.shape[0]
+    box = DomainDescription(torch.zeros(2, dtype=F64), torch.full((2,), L, dtype=F64),
+                            [True, True])
+    particles = ParticleSet(torch.full((N,), 3 * dx, dtype=F64),
+                            torch.full((N,), rho0 * dx * dx, dtype=F64), kinds, box, dx)
+    centre = torch.full((2,), L / 2, dtype=F64)
+    v0 = torch.where(inside[:, None], 0.0, torch.tensor([speed, 0.0], dtype=F64))
+
+    def meanDrag(radius, force):
+        scheme = Scheme(rho0=rho0, c0=referenceSoundSpeed(speed), equationOfState=Tait(),
+                        density="summation", viscosity=1e-6, walls=Walls(noSlip=True),
+                        transportVelocity=TransportVelocity(),
+                        bodyForce=torch.stack([force, torch.zeros_like(force)]))
+        x = torch.where(inside[:, None], centre + (x0 - centre) * (radius / R0), x0)
+        out = rollout(FluidState(x, v0.clone()), scheme.timeStep(particles, maxSpeed=speed),
+                      10, scheme.rates(particles), scheme.neighbours(particles),
+                      stepper=scheme.stepper, trajectoryEvery=2)
+        drag, tr = scheme.wallForce(particles), out.trajectory
+        values = []
+        for k in range(len(tr.steps)):
+            state = FluidState(tr.positions[k], tr.velocities[k])
+            adj = scheme.neighbours(particles)(FluidState(state.positions.detach(),
+                                                          state.velocities.detach()))
+            values.append(drag(state, adj)[0])
+        return torch.stack(values).mean()
+
+    R = torch.tensor(R0, dtype=F64, requires_grad=True)
+    F = torch.tensor(1.5e-7, dtype=F64, requires_grad=True)
+    D = meanDrag(R, F)
+    assert float(D.detach()) > 0.0
+    gR, gF = torch.autograd.grad(D, (R, F))
+    with torch.no_grad():
+        fdR = (meanDrag(R + 1e-7, F) - meanDrag(R - 1e-7, F)) / 2e-7
+        fdF = (meanDrag(R, F + 1e-12) - meanDrag(R, F - 1e-12)) / 2e-12
+    assert abs(float(gR - fdR)) <= 1e-4 * abs(float(fdR)), (float(gR), float(fdR))
+    assert abs(float(gF - fdF)) <= 1e-4 * abs(float(fdF)), (float(gF), float(fdF))
