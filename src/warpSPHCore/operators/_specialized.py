@@ -396,8 +396,8 @@ def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: 
                     module: str = "unique"):
     """The forward kernel of an operator whose pair term splits into a per-pair part and a
     per-column part, ``column(i, j, k, F, x_ij, h_i, geometry(i, j, x_ij, h_i, q, r, corr,
-    ks), q, r, corr, ks, extra)``, with the ABI of `_vectorRowKernel` (`vector`) or
-    `_scalarRowKernel`: one thread per output (row, column), or, for a `Configuration.wide`
+    ks), q, r, corr, ks, extra)``, with the ABI of `_rowKernel`: one thread per output (row,
+    column), or, for a `Configuration.wide`
     configuration, the same launch in which thread (i, 0) computes every column of row i in
     one traversal (`_wideRowSum`) and the other threads of the row return at once."""
     D, S = cfg.dim, cfg.scalar
@@ -411,11 +411,10 @@ def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: 
                       q, r, corr, ks, extra)
 
     if not cfg.wide:
-        build = _vectorRowKernel if vector else _scalarRowKernel
-        return build(name, cfg, pair, X, module)
+        return _rowKernel(name, cfg, pair, X, vector, module)
 
     # a one-column field (the common call) keeps the per-column loop: one accumulator
-    rowSum = _neighborSum(pair, cfg, vector, X)
+    store = _rowStore(pair, cfg, X, vector)
     wideSum = _wideRowSum(geometry, column, cfg, X, vector)
     admitted = _queryAdmitted(cfg)
     W = D if vector else 1
@@ -427,25 +426,8 @@ def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: 
         i = tid / fieldWidth
         ok = admitted(queryState.kinds[i])
         if fieldWidth == 1:
-            if wp.static(vector):
-                vv = V()
-                if ok:
-                    vv = rowSum(adjacencyState, gridState, i, 0, 1, queryState,
-                                referenceState, domainState, correctionData, kernelProperties,
-                                extra)
-                    if wp.static(cfg.calibrate):
-                        vv = vv * kernelProperties.normalizationCoefficient
-                for delta in range(wp.static(D)):
-                    out[i * wp.static(D) + delta] = vv[delta]
-            else:
-                sv = S(0.0)
-                if ok:
-                    sv = rowSum(adjacencyState, gridState, i, 0, 1, queryState,
-                                referenceState, domainState, correctionData, kernelProperties,
-                                extra)
-                    if wp.static(cfg.calibrate):
-                        sv = sv * kernelProperties.normalizationCoefficient
-                out[i] = sv
+            store(tid, i, 0, 1, ok, queryState, referenceState, domainState, adjacencyState,
+                  gridState, correctionData, kernelProperties, extra, out)
         elif tid - i * fieldWidth == 0:
             base = i * fieldWidth * wp.static(W)
             n = fieldWidth * wp.static(W)
@@ -461,12 +443,47 @@ def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: 
     return _kernel(kernel, name, cfg, module)
 
 
-def _scalarRowKernel(name: str, cfg: Configuration, pair, X, module: str = "unique"):
-    """A kernel with the Interpolate's and the Laplacian's ABI: thread (i, k) sums the scalar
-    `pair` over the references of query i (CSR or grid) and stores it at ``out[i F + k]``."""
+@functools.cache
+def _rowStore(pair, cfg: Configuration, X, vector: bool):
+    """``store(tid, i, a, F, ok, q, r, dom, adj, grid, corr, ks, extra, out)``: the sum of
+    `pair` over the references of query i for column a (0 where not `ok`, the query's kind
+    test), calibrated, stored at ``out[tid]`` (scalar) or ``out[tid d + delta]`` (`vector`)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    rowSum = _neighborSum(pair, cfg, vector, X)
+
+    @specialFunction(pair.key)
+    def store(tid: wp.int32, i: wp.int32, a: wp.int32, F: wp.int32, ok: wp.bool, q: P, r: P,
+              dom: DOM, adj: A, grid: G, corr: C, ks: KS, extra: X, out: wp.array(dtype=S)):
+        if wp.static(vector):
+            val = V()
+            if ok:
+                val = rowSum(adj, grid, i, a, F, q, r, dom, corr, ks, extra)
+                if wp.static(cfg.calibrate):
+                    val = val * ks.normalizationCoefficient
+            for delta in range(wp.static(D)):
+                out[tid * wp.static(D) + delta] = val[delta]
+        else:
+            sv = S(0.0)
+            if ok:
+                sv = rowSum(adj, grid, i, a, F, q, r, dom, corr, ks, extra)
+                if wp.static(cfg.calibrate):
+                    sv = sv * ks.normalizationCoefficient
+            out[tid] = sv
+
+    return store
+
+
+def _rowKernel(name: str, cfg: Configuration, pair, X, vector: bool, module: str = "unique"):
+    """A kernel with the Interpolate's, Gradient's and Laplacian's ABI: thread (i, a) sums
+    `pair` (a scalar, or a d-vector when `vector`) over the references of query i (CSR or
+    grid, by the configuration) and stores it at ``out[i F + a]`` (or the d-vector at
+    ``out[(i F + a) d]``); `X` is the type of the argument after the eight states (the
+    values, or the tangent pack of the forward-mode kernel)."""
     P, DOM, C, KS, A, G = _structs(cfg)
     S = cfg.scalar
-    rowSum = _neighborSum(pair, cfg, False, X)
+    store = _rowStore(pair, cfg, X, vector)
     admitted = _queryAdmitted(cfg)
 
     def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -474,14 +491,9 @@ def _scalarRowKernel(name: str, cfg: Configuration, pair, X, module: str = "uniq
                extra: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
         tid = wp.tid()
         i = tid / fieldWidth
-        k = tid - i * fieldWidth
-        val = S(0.0)
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, extra)
-            if wp.static(cfg.calibrate):
-                val = val * kernelProperties.normalizationCoefficient
-        out[tid] = val
+        store(tid, i, tid - i * fieldWidth, fieldWidth, admitted(queryState.kinds[i]),
+              queryState, referenceState, domainState, adjacencyState, gridState,
+              correctionData, kernelProperties, extra, out)
 
     return _kernel(kernel, name, cfg, module)
 
@@ -628,36 +640,6 @@ def _gradientKernel(cfg: Configuration, module: str = "unique"):
     return _splitRowKernel("gradient", cfg, geometry, column, X, True, module)
 
 
-def _vectorRowKernel(name: str, cfg: Configuration, pair, X, module: str = "unique"):
-    """A kernel with the Gradient's ABI: thread (i, a) sums the d-vector `pair` over the
-    references of query i (CSR or grid, by the configuration) and stores it at
-    ``out[(i F + a) d + delta]``; `X` is the type of the argument after the eight states (the
-    values, or the tangent pack of the forward-mode kernel)."""
-    D, S = cfg.dim, cfg.scalar
-    V = wp.types.vector(length=D, dtype=S)
-    P, DOM, C, KS, A, G = _structs(cfg)
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-               extra: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        a = tid - i * fieldWidth
-        val = V()
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, extra)
-            if wp.static(cfg.calibrate):
-                val = val * kernelProperties.normalizationCoefficient
-        base = tid * wp.static(D)
-        for delta in range(wp.static(D)):
-            out[base + delta] = val[delta]
-
-    return _kernel(kernel, name, cfg, module)
-
-
 def gradientSpecialized(config: dict):
     """`OperatorSpec.specialize` of the Gradient: calls without CRK (which corrects G_ij
     through W_ij and four states; `corrected.correctedGradient_ij` keeps it generic); the
@@ -775,7 +757,7 @@ def _gradientJVPKernel(cfg: Configuration):
             res = dc * Gv + res
         return res
 
-    return _vectorRowKernel("gradientJVP", cfg, pair, T)
+    return _rowKernel("gradientJVP", cfg, pair, T, True)
 
 
 def gradientJVPSpecialized(config: dict):
