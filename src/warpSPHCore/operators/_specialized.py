@@ -215,6 +215,32 @@ def _boxOf(D: int, S):
 
 
 @functools.cache
+def _referenceOf(cfg: Configuration):
+    """``reference(j, x_i, ext, inv, r) -> (admitted, x_ij)``: whether the interaction mode
+    admits reference j (no test where it admits every kind) and the minimum image
+    ``x_ij = x_i - x_j - L round((x_i - x_j) / L)`` (`_boxOf`'s L, 1/L)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P = _structs(cfg)[0]
+    mode = cfg.operationMode
+    allReferences = mode in _ALL_REFERENCES
+
+    @specialFunction(cfg.tag)
+    def reference(j: wp.int32, x_i: V, ext: V, inv: V, r: P):
+        admitted = True
+        if wp.static(not allReferences):
+            admitted = checkDirectionality_j(wp.static(mode), r.kinds[j])
+        x_ij = V()
+        if admitted:
+            x_ij = x_i - r.positions[j]
+            for a in range(wp.static(D)):
+                x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
+        return admitted, x_ij
+
+    return reference
+
+
+@functools.cache
 def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
@@ -224,7 +250,6 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
-    mode = cfg.operationMode
     tag = f"{pairTerm.key}"
 
     if accumulator is not None:
@@ -240,20 +265,15 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         def zero():
             return S(0.0)
 
-    allReferences = mode in _ALL_REFERENCES
     box = _boxOf(D, S)
+    reference = _referenceOf(cfg)
 
     @specialFunction(tag)
     def term(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_i: V, h_i: S, ext: V,
              inv: V, q: P, r: P, corr: C, ks: KS, extra: extraType):
         res = zero()
-        admitted = True
-        if wp.static(not allReferences):
-            admitted = checkDirectionality_j(wp.static(mode), r.kinds[j])
+        admitted, x_ij = reference(j, x_i, ext, inv, r)
         if admitted:
-            x_ij = x_i - r.positions[j]
-            for a in range(wp.static(D)):
-                x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
             res = pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
         return res
 
@@ -326,9 +346,8 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
     in the row's order, as `_neighborSum`'s CSR loop adds them, so the sums are the same."""
     D, S = cfg.dim, cfg.scalar
     P, DOM, C, KS, A, G = _structs(cfg)
-    mode = cfg.operationMode
-    allReferences = mode in _ALL_REFERENCES
     box = _boxOf(D, S)
+    reference = _referenceOf(cfg)
     W = D if vector else 1
 
     ACC = wp.types.vector(length=_WIDE_COLUMNS * W, dtype=S)
@@ -351,13 +370,8 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
                 jl = adj.neighborList[e]
                 if jl >= wp.int64(0) and jl < nR:
                     j = wp.int32(jl)
-                    admitted = True
-                    if wp.static(not allReferences):
-                        admitted = checkDirectionality_j(wp.static(mode), r.kinds[j])
+                    admitted, x_ij = reference(j, x_i, ext, inv, r)
                     if admitted:
-                        x_ij = x_i - r.positions[j]
-                        for a in range(wp.static(D)):
-                            x_ij[a] = x_ij[a] - ext[a] * wp.round(x_ij[a] * inv[a])
                         g = geometry(i, j, x_ij, h_i, q, r, corr, ks)
                         if full:
                             # a whole block: no per-column test (the columns vectorise)
@@ -370,7 +384,9 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
                                 else:
                                     acc[kk] += v
                         else:
-                            # the last, partial block (a one-column field: one pass)
+                            # the last, partial block; the accumulation is written out twice
+                            # on purpose: as a shared function it cost the full block 15-20 %
+                            # (bench_func.py)
                             for kk in range(F - k0):
                                 v = column(i, j, k0 + kk, F, x_ij, h_i, g, q, r, corr, ks,
                                            extra)
