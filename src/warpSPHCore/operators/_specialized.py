@@ -1,4 +1,4 @@
-"""Forward-only operator kernels specialised on the call's configuration (issue 15).
+"""Forward-only operator kernels specialised on the call's configuration.
 
 `Configuration` is what a call fixes and what changes the pair loop's code: scalar type,
 dimension, smoothing kernel, support scheme, interaction mode, traversal (CSR or grid),
@@ -28,7 +28,18 @@ Agreement with the generic kernels: the same per-pair arithmetic except the peri
 results are bitwise identical without periodic axes and agree to rounding with them
 (tests/test_specialized.py asserts both).
 
-Covered: Density (every configuration: it reads no correction), Gradient without CRK (grad-h
+Several field columns in one traversal (CPU, CSR list: `Configuration.wide`): the
+Interpolate's, Gradient's and Laplacian's forward kernels split their pair term into a
+per-pair ``geometry`` and a per-column ``column`` (`_splitRowKernel`); thread (i, 0) of a
+row sums every column in register blocks of eight (`_wideRowSum`), the row's other threads
+return at once (the launch keeps its N x F threads and ABI), and a one-column call keeps the
+per-column loop. With ``Configuration.plain`` (no grad-h or volumes, densities on both sides)
+the column code takes the pair coefficients' copies without run-time state tests. Each
+column adds its terms in the row's order, so the sums equal the per-column kernels' bit for
+bit (tests/operations/test_wide_rows.py).
+
+Covered: Density (every configuration: it reads no correction), Interpolate without CRK,
+Gradient without CRK (grad-h
 and volumes enter through `fieldCoefficient_ij`; the renormalization ``G_ij <- L_i G_ij`` is
 a configuration flag, `Configuration.renormalize`), the Gradient's
 hand-written reverse kernel (the same kernel body, compiled per configuration) and the
@@ -41,7 +52,7 @@ positiveDivergence, with or without renormalization (the scheme a constant; q_ij
 Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
 is `momentum.momentumPair`'s, the field read per column without the generic unit-vector
 accumulation, G_ij the specialised grad W), and the Covariance's kernel without CRK and
-renormalization (the renormalization builder's C_i; issue 18).
+renormalization (the renormalization builder's C_i).
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
