@@ -260,3 +260,17 @@ def test_mean_drag_gradients_through_a_rollout():
         fdF = (meanDrag(R, F + 1e-12) - meanDrag(R, F - 1e-12)) / 2e-12
     assert abs(float(gR - fdR)) <= 1e-4 * abs(float(fdR)), (float(gR), float(fdR))
     assert abs(float(gF - fdF)) <= 1e-4 * abs(float(fdF)), (float(gF), float(fdF))
+
+
+def test_kinds_changed_after_building_raise():
+    """The rates and the wall force take their fluid and wall masks from the kinds when they
+    are built: changing the kinds in place afterwards raises instead of mixing both."""
+    scheme, particles, state = _tank()
+    rates, force = scheme.rates(particles), scheme.wallForce(particles)
+    adj = scheme.neighbours(particles)(state)
+    rates(state, adj)
+    particles.kinds[0] = particles.kinds[0]  # an in-place write, even of the same value
+    for fn in (rates, force):
+        with pytest.raises(ValueError, match="kinds was changed in place"):
+            fn(state, adj)
+    scheme.rates(particles)(state, adj)  # built again: fine

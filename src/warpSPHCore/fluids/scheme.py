@@ -633,9 +633,16 @@ class Scheme:
         H, m, kinds, domain = (particles.supports, particles.masses, particles.kinds,
                                particles.domain)
         scenes = particles.scenes
+        version = kinds._version
 
         def make(x, rho=None):
             """The operators' particle state at positions x (with the scene indices)."""
+            if kinds._version != version:
+                # the fluid and wall masks below were taken from the kinds at build time;
+                # the operators would read the new kinds: a silent mix of both
+                raise ValueError("Scheme: particles.kinds was changed in place after the rate "
+                                 "function was built; build it again (scheme.rates(particles)"
+                                 ", scheme.wallForce(...)) for the new kinds")
             return ParticleState(x, H, m, kinds, rho, scenes=scenes)
 
         isWall = kinds == int(ParticleType.Boundary)
