@@ -1,7 +1,8 @@
 """The drag of a cylinder in a periodic array (Morris, Fox & Zhu 1997), with
 `Scheme.wallForce`.
 
-A cylinder of radius R = 0.02 m (three rings of wall particles inside its surface) sits in
+A cylinder of radius R = 0.02 m (three layers of wall particles inside its surface, carved
+out of the lattice by `fluids.bodyParticles`) sits in
 a periodic square of side 0.1 m; the fluid (rho = 1000 kg/m^3, nu = 1e-6 m^2/s) is driven
 by the body force F = 1.5e-7 m/s^2 along x (Re about 1e-2). The scheme is summation density
 with the transport velocity and no-slip walls. At steady state the cylinder holds the whole
@@ -27,6 +28,7 @@ from warpSPHCore.fluids import (
     Scheme,
     TransportVelocity,
     Walls,
+    bodyParticles,
     referenceSoundSpeed,
 )
 
@@ -46,11 +48,11 @@ def main() -> None:
     dx = L / n
     g = (torch.arange(n, dtype=f64) + 0.5) * dx
     lattice = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
-    r = (lattice - L / 2).norm(dim=1)
-    x = lattice[r > R - 3 * dx]  # the fluid outside, three wall rings inside the surface
-    inside = (x - L / 2).norm(dim=1) < R
-    kinds = torch.where(inside, int(ParticleType.Boundary), int(ParticleType.Fluid))
-    kinds = kinds.to(torch.int32)
+    centre = torch.full((2,), L / 2, dtype=f64)
+    # the fluid outside the cylinder, three layers of its wall particles inside the surface
+    x, kinds, cylinder = bodyParticles(
+        lattice, torch.full((n * n,), int(ParticleType.Fluid), dtype=torch.int32),
+        lambda p: (p - centre).norm(dim=1) - R, dx, layers=3)
     N = x.shape[0]
     box = DomainDescription(torch.zeros(2, dtype=f64), torch.full((2,), L, dtype=f64),
                             [True, True])
@@ -62,7 +64,7 @@ def main() -> None:
                             torch.full((N,), rho0 * dx * dx, dtype=f64), kinds, box, dx)
     sim = scheme.simulation(particles, FluidState(x, torch.zeros_like(x)), maxSpeed=speed,
                             options=LoopOptions(progress=False))
-    force = scheme.wallForce(particles)  # every wall particle: the cylinder
+    force = scheme.wallForce(particles, cylinder)
     fluid = kinds == int(ParticleType.Fluid)
     weight = float(particles.masses[fluid].sum()) * F
 

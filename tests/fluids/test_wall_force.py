@@ -274,3 +274,28 @@ def test_kinds_changed_after_building_raise():
         with pytest.raises(ValueError, match="kinds was changed in place"):
             fn(state, adj)
     scheme.rates(particles)(state, adj)  # built again: fine
+
+
+def test_body_particles_carve_a_cylinder():
+    """`bodyParticles`: lattice points inside the surface within `layers` spacings become the
+    body's wall particles, deeper ones are removed, the others keep their kind."""
+    from warpSPHCore.fluids import bodyParticles
+
+    n, dx, R = 20, 0.05, 0.3
+    g = (torch.arange(n, dtype=F64) + 0.5) * dx
+    lattice = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    kinds = torch.zeros(n * n, dtype=torch.int32)
+    kinds[:n] = 1  # a row of existing walls, kept as they are
+    centre = torch.tensor([0.5, 0.5], dtype=F64)
+    x, k, body = bodyParticles(lattice, kinds, lambda p: (p - centre).norm(dim=1) - R, dx, 2)
+    r = (lattice - centre).norm(dim=1)
+    keep = r > R - 2 * dx
+    assert torch.equal(x, lattice[keep])
+    rk = r[keep]
+    assert torch.equal(body, (rk < R) & (kinds[keep] == 0))
+    assert torch.equal(k, torch.where(body, 1, kinds[keep]).to(torch.int32))
+    assert int(body.sum()) > 0 and int((~keep).sum()) > 0
+    with pytest.raises(ValueError, match="layers"):
+        bodyParticles(lattice, kinds, lambda p: p[:, 0], dx, 0)
+    with pytest.raises(ValueError, match=r"signedDistance returned \(3,\)"):
+        bodyParticles(lattice, kinds, lambda p: p[:3, 0], dx, 1)

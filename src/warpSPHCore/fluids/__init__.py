@@ -24,7 +24,8 @@ is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
 * `stabilization`: Monaghan artificial viscosity, the delta-SPH diffusion of Antuono et al.
   (2010) with renormalized density gradients, particle shifting (Lind et al. 2012).
 * `walls`: dummy-particle walls of Adami et al. (2012) over the wall-fluid edges, and
-  `boxParticles` (wall layers of a box).
+  `boxParticles` (wall layers of a box), `bodyParticles` (a solid body carved out by its
+  signed distance).
 * `forces`: the force of the fluid on walls and bodies (`Scheme.wallForce`: drag and lift).
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
@@ -124,6 +125,7 @@ from .timestep import stableTimeStep
 from .transport import TransportRates, TransportState, transportKickDriftKick
 from .walls import (
     WallState,
+    bodyParticles,
     boxParticles,
     extrapolateWalls,
     wallPressures,
@@ -177,6 +179,7 @@ __all__ = [
     "wallPressures",
     "wallVelocities",
     "extrapolateWalls",
+    "bodyParticles",
     "boxParticles",
     "relaxParticles",
     "stableTimeStep",

@@ -69,7 +69,7 @@ from ._checks import particleField
 from .stabilization import _densities, _edgeKernels, _edgeList, _pairVectors
 
 __all__ = ["WallState", "wallPressures", "wallVelocities", "extrapolateWalls",
-           "boxParticles", "wallFluidEdges"]
+           "boxParticles", "bodyParticles", "wallFluidEdges"]
 
 
 @dataclass(frozen=True)
@@ -372,3 +372,44 @@ def boxParticles(lower, upper, spacing, layers=3, walls="all", *, fluidUpper=Non
              for part in parts[:-1]]
     kinds.append(torch.full((wall.shape[0],), int(ParticleType.Boundary), dtype=torch.int32))
     return torch.cat(parts).to(dtype=dtype, device=device), torch.cat(kinds).to(device)
+
+
+def bodyParticles(positions, kinds, signedDistance, spacing, layers=3):
+    """Carve a solid body out of a set of particles: the body is where the signed distance
+    ``signedDistance(x) [N]`` (negative inside, zero on the surface) is negative. Fluid
+    particles inside it within ``layers`` spacings of the surface become wall particles (kind
+    Boundary: the body's dummy particles), those deeper are removed; particles outside keep
+    their kind. A cylinder of radius R at c: ``lambda x: (x - c).norm(dim=1) - R``.
+
+    Args:
+        positions: ``[N, d]`` positions (e.g. a fluid lattice from `boxParticles`).
+        kinds: ``[N]`` int32 kinds.
+        signedDistance: ``x [M, d] -> [M]``, negative inside the body.
+        spacing: dx.
+        layers: wall layers inside the surface (>= 1; at least H / dx for a full support).
+
+    Returns:
+        ``(positions [N', d], kinds [N'], body [N'] bool)``: the kept particles in their
+        order, their kinds, and the mask of the body's wall particles (for
+        `Scheme.wallForce`). One readback (the kept count).
+    """
+    owner = "bodyParticles"
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"{owner}: layers={layers!r}; accepted: an int >= 1")
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 2:
+        raise ValueError(f"{owner}: positions has shape "
+                         f"{tuple(getattr(positions, 'shape', ()))}; accepted: [N, d]")
+    x = positions
+    n = x.shape[0]
+    particleField(owner, "kinds", kinds, n)
+    phi = signedDistance(x)
+    if not isinstance(phi, torch.Tensor) or tuple(phi.shape) != (n,):
+        raise ValueError(f"{owner}: signedDistance returned "
+                         f"{tuple(getattr(phi, 'shape', ()))}; accepted: [{n}]")
+    depth = float(layers) * float(spacing)
+    keep = phi > -depth
+    x, kinds, phi = x[keep], kinds[keep], phi[keep]
+    body = (phi < 0) & (kinds == int(ParticleType.Fluid))
+    kinds = torch.where(body, int(ParticleType.Boundary), kinds).to(torch.int32)
+    return x, kinds, body
+
