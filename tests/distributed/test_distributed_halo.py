@@ -233,3 +233,49 @@ def test_float32_halo():
         assert r["dtype"] == "torch.float32" and r["halo"] > 0
         out[r["ids"]] = r["rho"]
     assert float((out - ref).abs().max() / ref.abs().max()) < 1e-6
+
+
+def _savedDecomposition(rank, size, path):
+    """Rank 0 saves its decomposition; every rank loads that file and selects its rows."""
+    import pickle
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    x, h, _ = _lattice(12)
+    dec = decompose(_domain(), x, h, replicated=True)
+    if rank == 0:
+        Path(path).write_bytes(pickle.dumps(dec))
+    dist.barrier()
+    loaded = pickle.loads(Path(path).read_bytes())
+    own = ownedSelection(loaded, x)
+    count = globalSum(own.sum().to(torch.float64).reshape(1))
+    return {"rank": loaded.rank, "owned": int(own.sum()), "total": float(count)}
+
+
+def test_saved_decomposition_is_the_loading_ranks(tmp_path):
+    """A decomposition pickled by rank 0 and loaded by every rank selects each rank's own
+    rows (it carries no rank): the owned counts add up to the whole set, not twice rank 0's."""
+    results = spawn(_savedDecomposition, 2, str(tmp_path / "decomposition.pkl"))
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["total"] == 144.0 for r in results)
+    assert sum(r["owned"] for r in results) == 144
+
+
+def _sizeMismatch(rank, size):
+    import dataclasses
+
+    x, h, _ = _lattice(12)
+    dec = decompose(_domain(), x, h, replicated=True)
+    three = dataclasses.replace(dec, blocks=dec.blocks + (dec.blocks[-1],))
+    try:
+        ownedSelection(three, x)
+        return None
+    except ValueError as e:
+        return str(e)
+
+
+def test_decomposition_for_another_group_size_raises():
+    for message in spawn(_sizeMismatch, 2):
+        assert message is not None and "3 subdomains but the process group has 2 ranks" \
+            in message

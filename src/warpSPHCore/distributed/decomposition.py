@@ -38,6 +38,10 @@ __all__ = ["Decomposition", "decompose"]
 class Decomposition:
     """The subdomains of `decompose` (host data; identical on every rank).
 
+    It holds no rank: `rank` is asked of the process group at each use, so a decomposition
+    saved (pickled) by one process and loaded by another is that process's, and one made for
+    a group of another size raises instead of selecting another rank's particles.
+
     Args:
         lower: the box's lower corner (d floats).
         upper: the box's upper corner.
@@ -45,7 +49,6 @@ class Decomposition:
         cells: cells per axis ``n_k``.
         blocks: per rank, ``(lo, hi)`` cell indices (d ints each, hi exclusive).
         cellSize: the search cell size c the grid was made from.
-        rank: this process's rank in the group.
         group: the process group (None: the default group).
         subdivide: slices per search cell and axis.
         minWidth: the narrowest part a cut could leave.
@@ -57,7 +60,6 @@ class Decomposition:
     cells: tuple
     blocks: tuple
     cellSize: float
-    rank: int
     group: object = None
     subdivide: int = 1
     minWidth: float = 0.0
@@ -65,6 +67,22 @@ class Decomposition:
     @property
     def size(self) -> int:
         return len(self.blocks)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group (asked of the group, never stored).
+
+        Raises:
+            RuntimeError: no initialised process group.
+            ValueError: the group's size is not the number of subdomains.
+        """
+        _, rank, size = processGroup("Decomposition.rank", self.group)
+        if size != self.size:
+            raise ValueError(f"Decomposition: it has {self.size} subdomains but the process "
+                             f"group has {size} ranks (this is rank {rank}); accepted: a "
+                             "decomposition made for a group of the same size (decompose "
+                             "again, or rebalance, in this group)")
+        return rank
 
     @property
     def dim(self) -> int:
@@ -209,7 +227,7 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
     minCells = [max(1, int(math.ceil(width / ((u - a) / n) - 1e-9)))
                 for a, u, n in zip(lower, upper, cells)]
     probe = Decomposition(tuple(lower), tuple(upper), tuple(periodic), cells,
-                          ((tuple([0] * d), cells),), float(cellSize), rank, group)
+                          ((tuple([0] * d), cells),), float(cellSize), group)
     c = probe.cellIndices(positions)
     w = (torch.ones(c.shape[0], dtype=torch.float64, device=c.device) if weights is None
          else weights.detach().to(torch.float64))
@@ -267,4 +285,4 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
     blocks.sort(key=lambda b: b[0])
     return Decomposition(tuple(lower), tuple(upper), tuple(periodic), cells,
                          tuple((tuple(lo), tuple(hi)) for _, _, lo, hi in blocks),
-                         float(cellSize), rank, group, subdivide, float(width))
+                         float(cellSize), group, subdivide, float(width))
