@@ -25,11 +25,12 @@ Two ways to launch it:
   torchrun starts the processes and sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR; the
   script joins a gloo group with ``init_method="env://"``; rank 0 gathers, checks, writes
   and prints;
-* ``python examples/distributed_density_gradient.py --nproc 2 --out DIR``: the script starts
+* ``python examples/distributed_density_gradient.py --processes 2 --out DIR``: the script starts
   the processes itself with `warpSPHCore.distributed.spawn`; the parent checks, writes and
   prints.
 
-Run: python examples/distributed_density_gradient.py [--out DIR] [--nproc 2] [--eos tait]
+Run: python examples/distributed_density_gradient.py [--out DIR] [--processes 2] [--side 36] [--eos tait]
+(options chosen so that none is an abbreviation of a torchrun option: torchrun rejects those)
 """
 
 import argparse
@@ -118,7 +119,7 @@ def worker(rank, size, n, eos):
 def report(results, args, out, launcher):
     """Gathered results against the single-process step; prints, asserts, writes."""
     size = len(results)
-    x, h, m, w, domain = problem(args.n)
+    x, h, m, w, domain = problem(args.side)
     x = x.clone().requires_grad_(True)
     rho, acc = step(x, h, m, domain, args.eos)
     loss = (w * acc).sum()
@@ -167,8 +168,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="output directory (default: a new temporary directory)")
-    parser.add_argument("--n", type=int, default=36, help="particles per axis")
-    parser.add_argument("--nproc", type=int, default=2,
+    parser.add_argument("--side", type=int, default=36, help="particles per axis")
+    parser.add_argument("--processes", type=int, default=2,
                         help="processes to spawn (ignored under torchrun)")
     parser.add_argument("--eos", choices=("tait", "linear"), default="tait")
     args = parser.parse_args()
@@ -184,7 +185,7 @@ def main():
             out = args.out if args.out is not None else pathlib.Path(
                 tempfile.mkdtemp(prefix="warpsph-"))
             out.mkdir(parents=True, exist_ok=True)
-        mine = worker(rank, size, args.n, args.eos)
+        mine = worker(rank, size, args.side, args.eos)
         results = [None] * size
         dist.all_gather_object(results, mine)
         dist.destroy_process_group()
@@ -194,7 +195,7 @@ def main():
 
     out = args.out if args.out is not None else pathlib.Path(tempfile.mkdtemp(prefix="warpsph-"))
     out.mkdir(parents=True, exist_ok=True)
-    results = wd.spawn(worker, args.nproc, args.n, args.eos)
+    results = wd.spawn(worker, args.processes, args.side, args.eos)
     report(results, args, out, "spawn")
 
 

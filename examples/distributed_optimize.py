@@ -34,10 +34,10 @@ Two ways to launch it:
 
 * ``torchrun --nproc-per-node 2 examples/distributed_optimize.py --out DIR`` (the script
   joins a gloo group with ``init_method="env://"``; rank 0 checks, writes and prints);
-* ``python examples/distributed_optimize.py --nproc 2 --out DIR`` (the script starts the
+* ``python examples/distributed_optimize.py --processes 2 --out DIR`` (the script starts the
   processes itself with `warpSPHCore.distributed.spawn`; the parent checks and prints).
 
-Run: python examples/distributed_optimize.py [--out DIR] [--nproc 2] [--steps 5]
+Run: python examples/distributed_optimize.py [--out DIR] [--processes 2] [--steps 5]
 """
 
 import argparse
@@ -178,7 +178,7 @@ def report(results, args, out, launcher):
     """Checks and prints the workers' numbers; the single-process reference."""
     r0 = results[0]
     size = len(results)
-    x, h, m, domain, dx, dt = problem(args.n)
+    x, h, m, domain, dx, dt = problem(args.side)
     ids = torch.arange(x.shape[0])
     target, _, _ = rollout(torch.tensor(TRUTH, dtype=torch.float64), x, h, m, ids, domain, dt,
                            args.steps)
@@ -232,10 +232,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="output directory (default: a new temporary directory)")
-    parser.add_argument("--n", type=int, default=20, help="particles per axis")
+    parser.add_argument("--side", type=int, default=20, help="particles per axis")
     parser.add_argument("--steps", type=int, default=5, help="explicit steps K of a rollout")
     parser.add_argument("--iterations", type=int, default=12, help="LBFGS iterations")
-    parser.add_argument("--nproc", type=int, default=2,
+    parser.add_argument("--processes", type=int, default=2,
                         help="processes to spawn (ignored under torchrun)")
     args = parser.parse_args()
     torchrun = all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
@@ -248,7 +248,7 @@ def main():
             out = args.out if args.out is not None else pathlib.Path(
                 tempfile.mkdtemp(prefix="warpsph-"))
             out.mkdir(parents=True, exist_ok=True)
-        mine = worker(rank, size, args.n, args.steps, args.iterations)
+        mine = worker(rank, size, args.side, args.steps, args.iterations)
         results = [None] * size
         dist.all_gather_object(results, mine)
         dist.destroy_process_group()
@@ -258,7 +258,7 @@ def main():
 
     out = args.out if args.out is not None else pathlib.Path(tempfile.mkdtemp(prefix="warpsph-"))
     out.mkdir(parents=True, exist_ok=True)
-    results = wd.spawn(worker, args.nproc, args.n, args.steps, args.iterations)
+    results = wd.spawn(worker, args.processes, args.side, args.steps, args.iterations)
     report(results, args, out, "spawn")
 
 

@@ -99,14 +99,14 @@ def test_wcsph_taylor_green(tmp_path):
 
 @pytest.mark.slow
 def test_distributed_density_gradient(tmp_path):
-    stdout = runExample("distributed_density_gradient.py", tmp_path, "--nproc", "2")
+    stdout = runExample("distributed_density_gradient.py", tmp_path, "--processes", "2")
     assert "2 ranks (spawn)" in stdout and "max relative difference" in stdout
     assert outputFiles(tmp_path) == {"distributed_step.json"}
 
 
 @pytest.mark.slow
 def test_distributed_optimize(tmp_path):
-    stdout = runExample("distributed_optimize.py", tmp_path, "--nproc", "2")
+    stdout = runExample("distributed_optimize.py", tmp_path, "--processes", "2")
     assert "reverse mode vs central FD" in stdout and "closer by" in stdout
     assert outputFiles(tmp_path) == {"distributed_optimize.json"}
 
