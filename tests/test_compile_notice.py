@@ -46,6 +46,19 @@ def test_notice_when_not_cached(fresh, monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_only_rank_zero_announces(fresh, monkeypatch, capsys):
+    """Several processes (torchrun's RANK, or an initialised torch.distributed group): only
+    rank 0 prints the notices."""
+    monkeypatch.setattr(fresh, "_isCached", lambda module, device: False)
+    monkeypatch.setenv("RANK", "1")
+    fresh.announceCompile(_densityKernel(), "cpu")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(fresh, "_SEEN", set())
+    monkeypatch.setenv("RANK", "0")
+    fresh.announceCompile(_densityKernel(), "cpu")
+    assert "warpSPHCore: compiling" in capsys.readouterr().err
+
+
 def test_notice_names_a_specialised_configuration(fresh, monkeypatch, capsys):
     """A per-configuration kernel (`operators._specialized`) is announced with its
     configuration, not as a whole operator module."""

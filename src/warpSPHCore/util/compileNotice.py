@@ -169,6 +169,19 @@ def _enabled() -> bool:
     return gate("WARPSPHCORE_COMPILE_NOTICE") != "0"
 
 
+def _processRank() -> int:
+    """This process's rank when it is one of several (the default torch.distributed group
+    once initialised, else torchrun's ``RANK``), 0 otherwise: only rank 0 announces
+    compiles, so N processes do not print every notice N times."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 def _isCached(module, device) -> bool:
     """True when the module is loaded on `device` in this process or Warp's cache holds its
     binary for `device` (the same paths `Module.load` uses)."""
@@ -211,7 +224,7 @@ def announceCompile(kernel, device) -> None:
         if key in _SEEN:
             return
         _SEEN.add(key)
-    if not module.name.startswith("warpSPHCore") or not _enabled():
+    if not module.name.startswith("warpSPHCore") or not _enabled() or _processRank() != 0:
         return
     dev = wp.get_device(device)
     if _isCached(module, dev):
