@@ -279,3 +279,25 @@ def test_decomposition_for_another_group_size_raises():
     for message in spawn(_sizeMismatch, 2):
         assert message is not None and "3 subdomains but the process group has 2 ranks" \
             in message
+
+
+def _skipsGlobalSum(rank, size):
+    if rank == 0:
+        return float(globalSum(torch.ones(1, dtype=torch.float64)))
+    return None  # rank 1 skips the collective and goes on to the next one
+
+
+def test_a_skipped_collective_raises_in_debug_mode(monkeypatch):
+    """One rank skipping `globalSum` made the others wait until the group's timeout (30
+    minutes by default, a silent hang). With ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (the
+    troubleshooting page's advice) the mismatch raises at once, naming both ranks' calls."""
+    import time
+
+    from torch.multiprocessing import ProcessRaisedException
+
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    t0 = time.monotonic()
+    with pytest.raises(ProcessRaisedException,
+                       match="Detected mismatch between collectives on ranks"):
+        spawn(_skipsGlobalSum, 2, timeout=60)
+    assert time.monotonic() - t0 < 60

@@ -13,7 +13,9 @@ from pathlib import Path
 __all__ = ["spawn"]
 
 
-def _worker(rank, fn, size, store, out, args, threads, specialize):
+def _worker(rank, fn, size, store, out, args, threads, specialize, timeout):
+    import datetime
+
     import torch
     import torch.distributed as dist
 
@@ -21,7 +23,9 @@ def _worker(rank, fn, size, store, out, args, threads, specialize):
 
     torch.set_num_threads(threads)
     setSpecialization(specialize)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size)
+    extra = {} if timeout is None else {"timeout": datetime.timedelta(seconds=timeout)}
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size,
+                            **extra)
     try:
         result = fn(rank, size, *args)
         dist.barrier()
@@ -31,7 +35,7 @@ def _worker(rank, fn, size, store, out, args, threads, specialize):
         pickle.dump(result, f)
 
 
-def spawn(fn, nproc: int, *args, threads: int = 1):
+def spawn(fn, nproc: int, *args, threads: int = 1, timeout: float | None = None):
     """Run ``fn(rank, size, *args)`` on `nproc` spawned processes joined in a gloo group;
     return the list of their return values (picklable), in rank order.
 
@@ -40,7 +44,11 @@ def spawn(fn, nproc: int, *args, threads: int = 1):
     any process is raised here (torch.multiprocessing's ProcessRaisedException, with the
     worker's traceback). `threads` sets torch's intra-op threads in each process. The
     processes inherit this process's specialised-kernel setting
-    (`autograd.specialize.setSpecialization`), so they compile the same kernels.
+    (`autograd.specialize.setSpecialization`), so they compile the same kernels, and its
+    environment (``TORCH_DISTRIBUTED_DEBUG=DETAIL`` makes a collective that the ranks call
+    differently raise at once, naming both: docs/troubleshooting.md). `timeout`: seconds a
+    collective waits for the other ranks before it raises (the process group's timeout;
+    default torch's, 30 minutes: a rank that compiles kernels cold keeps the others waiting).
     """
     import torch.multiprocessing as mp
 
@@ -51,7 +59,7 @@ def spawn(fn, nproc: int, *args, threads: int = 1):
     with tempfile.TemporaryDirectory(prefix="warpsph-dist-") as tmp:
         store = os.path.join(tmp, "store")
         mp.start_processes(_worker, args=(fn, nproc, store, tmp, args, threads,
-                                          specializationEnabled()),
+                                          specializationEnabled(), timeout),
                            nprocs=nproc, join=True, start_method="spawn")
         results = []
         for r in range(nproc):
