@@ -105,8 +105,10 @@ def momentumAcceleration(particles, pressures, velocities, domain, adjacency, *,
         reverse and forward mode (dual tensors) w.r.t. positions, supports, masses, densities,
         pressures, velocities, transport velocities, volumes and viscosity.
     """
-    rows = _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
-                         transportVelocities, volumes, kernel, supportMode, operationMode)
+    rows = momentumRows(particles, pressures, velocities, domain, adjacency,
+                        dynamicViscosity=dynamicViscosity,
+                        transportVelocities=transportVelocities, volumes=volumes,
+                        kernel=kernel, supportMode=supportMode, operationMode=operationMode)
     return rows[:, 0] / particles.masses[:, None]
 
 
@@ -117,12 +119,6 @@ def momentumRows(particles, pressures, velocities, domain, adjacency, *,
     """The fused Momentum operator's rows ``[N, 2, d]``: (m_i a_i, sum_j (V_i^2 + V_j^2)
     G_ij) of the module formula over the pairs of `adjacency` (arguments as
     `momentumAcceleration`); `Scheme.wallForce` sums the first over a body's pairs."""
-    return _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
-                         transportVelocities, volumes, kernel, supportMode, operationMode)
-
-
-def _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
-                  transportVelocities, volumes, kernel, supportMode, operationMode):
     field = momentumField(particles, pressures, velocities, dynamicViscosity,
                           transportVelocities, volumes)
     props = OperationProperties(kernel, operation=WarpOperation.Momentum,
@@ -156,7 +152,9 @@ def transportVelocityAccelerations(particles, pressures, velocities, domain, adj
     Returns:
         ``(a, a^b)``, both ``[N, d]``; derivatives as `momentumAcceleration`, and w.r.t. p_b.
     """
-    rows = _momentumRows(particles, pressures, velocities, domain, adjacency, dynamicViscosity,
-                         transportVelocities, volumes, kernel, supportMode, operationMode)
+    rows = momentumRows(particles, pressures, velocities, domain, adjacency,
+                        dynamicViscosity=dynamicViscosity,
+                        transportVelocities=transportVelocities, volumes=volumes,
+                        kernel=kernel, supportMode=supportMode, operationMode=operationMode)
     m = particles.masses[:, None]
     return rows[:, 0] / m, -backgroundPressure * rows[:, 1] / m
