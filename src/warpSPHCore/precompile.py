@@ -62,10 +62,11 @@ def _specializedModules(operators, dims, scalars, kernels, device) -> list:
                         config = dict(deviceType="cuda" if device.is_cuda else "cpu",
                                       useAdjacency=csr, useGradHTerms=False, useVolume=False,
                                       queryHasDensities=True, referenceHasDensities=True)
-                        naive = dataclasses.replace(sp._widened(cfg, config), gradientScheme=1)
-                        # no-grad forward; forward + reverse of a differentiated call
+                        naive = dataclasses.replace(cfg, gradientScheme=1)
+                        # no-grad forward (a row per thread on the CPU with a CSR list);
+                        # forward + reverse of a differentiated call
                         # (`_specialized._gradientPair`); forward mode
-                        out += [sp._gradientKernel(naive).module,
+                        out += [sp._gradientKernel(sp._widened(naive, config)).module,
                                 sp._gradientPair(naive).module,
                                 sp._gradientJVPKernel(cfg).module]
     return out

@@ -104,7 +104,7 @@ def _compileCoveringDesign():
                 scheme = int(c["scheme"]) if build in (_specialized._gradientKernel,
                                                        _specialized._gradientPair) else 0
                 cfgB = dataclasses.replace(cfg, gradientScheme=scheme)
-                if build in (_specialized._gradientKernel, _specialized._gradientPair):
+                if build is _specialized._gradientKernel:
                     cfgB = dataclasses.replace(cfgB, **wide)
                 if build is _specialized._laplacianKernel:
                     cfgB = dataclasses.replace(cfg, laplacianScheme=int(_laplacianScheme(c)),

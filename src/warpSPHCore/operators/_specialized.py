@@ -757,7 +757,11 @@ def gradientPairedSpecialized(config: dict):
     if config["useCRK"] or config["useGradientRenormalization"]:
         return None
     cfg = configurationOf(config, scheme=True)
-    return None if cfg is None else _gradientPair(_widened(cfg, config))
+    # one column per thread here even on the CPU: the wide variant's extra code in the
+    # forward + reverse module made a cold first differentiated call 0.3 s slower to
+    # compile (benchmarks/first_result.py), and the calls that need many columns at once
+    # (torch.func.vmap over fields) run without grad
+    return None if cfg is None else _gradientPair(cfg)
 
 
 @functools.cache
