@@ -27,6 +27,9 @@ is ``stepper(state, dt, rates, neighbours, carried=None) -> (state, carried)``.
   `boxParticles` (wall layers of a box), `bodyParticles` (a solid body carved out by its
   signed distance).
 * `forces`: the force of the fluid on walls and bodies (`Scheme.wallForce`: drag and lift).
+* `openboundary`: inflow and outflow through buffer zones with fixed-capacity arrays
+  (`Inlet`, `Outlet`, `OpenBoundary`, `openChannel`, `parabolicProfile`): the kinds of the
+  particles that are not walls follow their positions.
 * `relaxation`: `relaxParticles`, a homogeneous lattice-free start (particle packing).
 * `timestep`: the CFL, viscous and body-force limits of the time step.
 * `integrators`: symplectic Euler, kick-drift-kick, predictor-corrector, `defaultStepper`;
@@ -86,6 +89,7 @@ from .momentum import (
     transportVelocityAccelerations,
 )
 from .neighbours import VerletNeighbours, wrapPeriodic
+from .openboundary import Inlet, OpenBoundary, Outlet, openChannel, parabolicProfile
 from .relaxation import relaxParticles
 from .rollout import RolloutResult, Trajectory, rollout
 from .scenes import (
@@ -195,6 +199,11 @@ __all__ = [
     "TransportRates",
     "transportKickDriftKick",
     "rollout",
+    "Inlet",
+    "Outlet",
+    "OpenBoundary",
+    "openChannel",
+    "parabolicProfile",
     "RolloutResult",
     "Trajectory",
     "HealthMonitor",

@@ -126,15 +126,20 @@ class HealthMonitor:
         timeStep: "raise", "warn" or "off".
         wallCrossing: "raise", "warn" or "off".
         leavingDomain: "raise", "warn" or "off".
+        openBoundary: a `fluids.openboundary.OpenBoundary` whose starved inflow (a lane's
+            reservoir empty: its inflow would have a hole) is a seventh flag, with `kinds`
+            the static kinds; None: not checked.
+        inflow: the action on a starved inflow, "raise", "warn" or "off".
     """
 
     def __init__(self, *, domain=None, kinds=None, container=None, timeStepLimit=None,
                  timeStepTolerance: float = 1.0, dt=None, every: int = 1, nonFinite: str = "raise", timeStep: str = "raise",
-                 wallCrossing: str = "warn", leavingDomain: str = "warn"):
+                 wallCrossing: str = "warn", leavingDomain: str = "warn", openBoundary=None,
+                 inflow: str = "raise"):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"HealthMonitor: every={every!r}; accepted: an int >= 1")
         actions = {"nonFinite": nonFinite, "timeStep": timeStep, "wallCrossing": wallCrossing,
-                   "leavingDomain": leavingDomain}
+                   "leavingDomain": leavingDomain, "inflow": inflow}
         for name, action in actions.items():
             if action not in _ACTIONS:
                 raise ValueError(f"HealthMonitor: {name}={action!r}; accepted: "
@@ -152,6 +157,13 @@ class HealthMonitor:
             lower, upper = container
             self.container = (torch.as_tensor(lower), torch.as_tensor(upper))
         self.fluid = None if kinds is None else kinds == int(ParticleType.Fluid)
+        if openBoundary is not None and kinds is None:
+            raise ValueError("HealthMonitor: openBoundary needs kinds (the static kinds)")
+        self.openBoundary = openBoundary
+        if openBoundary is not None:
+            # the particles that are not walls change roles with their positions: the
+            # container check applies to the fluid zone only (`_throughWall`)
+            self.fluid = None
         self.events: list[HealthEvent] = []
         self._warned: set = set()
         self._calls = 0
@@ -164,8 +176,8 @@ class HealthMonitor:
 
     def flags(self, state) -> torch.Tensor:
         """``[6]`` flags (0 or 1, the positions' dtype): non-finite positions, velocities,
-        densities; outside the domain; through a wall; time step above the limit. No
-        readback."""
+        densities; outside the domain; through a wall; time step above the limit; and with
+        an open boundary a seventh, a starved inflow. No readback."""
         x = state.positions.detach()
         zero = torch.zeros((), dtype=x.dtype, device=x.device)
         out = [zero] * 6
@@ -182,6 +194,9 @@ class HealthMonitor:
                 and self.actions["timeStep"] != "off":
             limit = self.timeStepLimit(state) * (self.timeStepTolerance * (1.0 + 1e-9))
             out[5] = (self._dt(x) > limit).to(x.dtype)
+        if self.openBoundary is not None:
+            starved = self.openBoundary.starved(x, self.kinds.to(x.device)).to(x.dtype)
+            out.append(starved if self.actions["inflow"] != "off" else zero)
         return torch.stack(out)
 
     def _dt(self, like):
@@ -197,6 +212,8 @@ class HealthMonitor:
     def _throughWall(self, x):
         lo, hi = (t.to(x) for t in self.container)
         out = ((x < lo) | (x > hi)).any(1)
+        if self.openBoundary is not None:
+            return out & self.openBoundary.zones(x, self.kinds.to(x.device)).fluid
         return out if self.fluid is None else out & self.fluid.to(x.device)
 
     # -- the host side ------------------------------------------------------------------
@@ -228,6 +245,15 @@ class HealthMonitor:
             self._located("wallCrossing", state, self._throughWall(x), lo, hi,
                           torch.isfinite(lo) | torch.isfinite(hi), t,
                           "beyond a wall face of its container", "the wall face")
+        if len(values) > 6 and values[6]:
+            ob = self.openBoundary
+            lanes = ob.starvedLanes(x, self.kinds.to(x.device))
+            self._act("inflow", t, -1, len(lanes),
+                      f"at t = {t:.6g}: the inflow lane{'s' if len(lanes) != 1 else ''} "
+                      f"{lanes[:8]}{' ...' if len(lanes) > 8 else ''} ran out of particles: "
+                      "the pool beyond the outlet was empty when they needed one, so the "
+                      "inlet buffer has a hole; give the channel more spare particles "
+                      "(openChannel(..., spareLayers=...))")
         if values[5]:
             limit = float(self.timeStepLimit(state))
             dt = float(self._dt(x))

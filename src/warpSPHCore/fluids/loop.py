@@ -216,6 +216,9 @@ class Simulation:
             initial state is checked at once.
         scenes: ``[N]`` int32 scene indices of a batch of independent scenes (the
             neighbour search never pairs particles of different scenes), or None.
+        openBoundary: a `fluids.openboundary.OpenBoundary` applied after every step (and
+            to the initial state), or None.
+        kinds: ``[N]`` int32 static kinds (with `openBoundary`).
 
     Attributes:
         state, rates: the current state and what the stepper carries at it (kick-drift-
@@ -229,7 +232,8 @@ class Simulation:
 
     def __init__(self, state: FluidState, rates, domain, supports, dt, *,
                  stepper=None, options: LoopOptions | None = None, out=None,
-                 writer=None, frameFields=None, monitor=None, scenes=None):
+                 writer=None, frameFields=None, monitor=None, scenes=None, openBoundary=None,
+                 kinds=None):
         options = LoopOptions() if options is None else options
         if not isinstance(state, FluidState):
             raise TypeError(f"Simulation: state is a {type(state).__name__}; accepted: a "
@@ -261,11 +265,14 @@ class Simulation:
             monitor.dt = dt
         self.monitor = monitor
         self.neighbours = VerletNeighbours(domain, supports, options.skin, options.supportMode,
-                                           wrap=options.wrap, monitor=monitor, scenes=scenes)
+                                           wrap=options.wrap, monitor=monitor, scenes=scenes,
+                                           openBoundary=openBoundary, kinds=kinds)
         self.frames: list[Path] = []
         self._framed: int | None = None
         if options.wrap:
             self.state = replace(state, positions=wrapPeriodic(state.positions, domain))
+        if openBoundary is not None:
+            self.state = openBoundary.place(self.state, kinds)
         if monitor is not None:
             monitor.check(self.state)
 

@@ -88,11 +88,15 @@ class VerletNeighbours:
         monitor: a `fluids.health.HealthMonitor` whose flags share the readback, or None.
         scenes: ``[N]`` int32 scene indices (particles of different scenes never pair), or
             None (one scene).
+        openBoundary: a `fluids.openboundary.OpenBoundary`: `place` applies it after every
+            step and the rebuild test leaves out the moves of its Ghost rows (the pool and
+            the reservoir, `OpenBoundary.held`); None: none.
+        kinds: ``[N]`` int32 static kinds (with `openBoundary`).
     """
 
     def __init__(self, domain, supports: torch.Tensor, skin: float = 0.1,
                  supportMode=SupportScheme.Gather, *, wrap: bool = True, monitor=None,
-                 scenes: torch.Tensor | None = None):
+                 scenes: torch.Tensor | None = None, openBoundary=None, kinds=None):
         if not (isinstance(skin, (int, float)) and math.isfinite(skin) and skin >= 0):
             raise ValueError(f"VerletNeighbours: skin={skin!r}; accepted: a finite number >= 0")
         self.domain = domain
@@ -102,15 +106,33 @@ class VerletNeighbours:
         self.wrap = bool(wrap)
         self.monitor = monitor
         self.scenes = scenes
+        self.openBoundary, self.kinds = openBoundary, kinds
+        if openBoundary is not None:
+            if kinds is None:
+                raise ValueError("VerletNeighbours: openBoundary needs kinds (the static "
+                                 "kinds: walls Boundary)")
+            reach = 0.5 * float(skin) * float(self.supports.max()) + openBoundary.spacing
+            room = (openBoundary.reservoirLayers - 1) * openBoundary.spacing
+            if reach > room:
+                raise ValueError(f"VerletNeighbours: the open boundary's reservoir "
+                                 f"({openBoundary.reservoirLayers} layers) is shallower than "
+                                 f"half the Verlet buffer plus two spacings ({reach:.4g} > "
+                                 f"{room:.4g}), so an inflow particle could enter the inlet "
+                                 "before the list has seen it; accepted: reservoirLayers >= "
+                                 f"{math.ceil(reach / openBoundary.spacing) + 1}, or a "
+                                 "smaller skin")
         self.adjacency: AdjacencyList | None = None
         self.builds = 0
         self.calls = 0
 
     def place(self, state):
-        """`state` with its positions wrapped into the periodic axes (when ``wrap``)."""
-        if not self.wrap:
-            return state
-        return replace(state, positions=wrapPeriodic(state.positions, self.domain))
+        """`state` with its positions wrapped into the periodic axes (when ``wrap``) and the
+        open boundary applied (`OpenBoundary.place`)."""
+        if self.wrap:
+            state = replace(state, positions=wrapPeriodic(state.positions, self.domain))
+        if self.openBoundary is not None and not isinstance(state, torch.Tensor):
+            state = self.openBoundary.place(state, self.kinds)
+        return state
 
     def __call__(self, state) -> AdjacencyList:
         """The list for `state` (a `FluidState`, or an ``[N, d]`` positions tensor)."""
@@ -120,19 +142,29 @@ class VerletNeighbours:
         monitor = None if isinstance(state, torch.Tensor) else self.monitor
         if monitor is not None and not monitor.due():
             monitor = None
-        if monitor is None or prior is None:
+        held = None
+        if self.openBoundary is not None and prior is not None:
+            held = self.openBoundary.held(probe.positions, self.kinds)
+        if (monitor is None and held is None) or prior is None:
             adjacency = buildVerletList(probe, self.domain, self.scale, self.supportMode, prior)
             if monitor is not None:
                 monitor.check(state)  # the first list: a readback of its own, once
         else:
+            test = probe
+            if held is not None and prior.queryPositions.shape == probe.positions.shape:
+                # the Ghost rows' moves do not count (their entries are never read)
+                test = _Probe(torch.where(held[:, None], prior.queryPositions.to(
+                    probe.positions), probe.positions), self.supports, self.scenes)
             with deferVerletChecks() as flags:
-                adjacency = buildVerletList(probe, self.domain, self.scale, self.supportMode,
+                adjacency = buildVerletList(test, self.domain, self.scale, self.supportMode,
                                             prior)
-            health = monitor.flags(state)
+            health = (monitor.flags(state) if monitor is not None
+                      else torch.zeros(0, dtype=positions.dtype, device=positions.device))
             values = torch.cat([flags[0].to(health.dtype), health]).tolist()  # one readback
             if any(values[1:]):
                 monitor.report(state, values[1:])
-            if adjacency is prior and values[0]:
+            if (adjacency is prior and values[0]) or (adjacency is not prior
+                                                      and test is not probe):
                 adjacency = buildVerletList(probe, self.domain, self.scale, self.supportMode,
                                             None)
         self.calls += 1

@@ -102,10 +102,11 @@ from .integrators import FluidState, Rates, kickDriftKick, predictorCorrector
 from .loop import LoopOptions, Simulation
 from .momentum import momentumAcceleration, momentumRows, transportVelocityAccelerations
 from .neighbours import VerletNeighbours
+from .openboundary import OpenBoundary
 from .stabilization import antuonoDensityDiffusion, artificialViscosity, particleShifting
 from .terms import continuityDensityRate, densityDiffusion, numberDensityVolumes
 from .transport import TransportRates, transportKickDriftKick
-from .walls import extrapolateWalls
+from .walls import WallState, extrapolateWalls
 
 __all__ = ["Scheme", "ParticleSet", "Tait", "Linear", "Walls", "ArtificialViscosity",
            "DensityDiffusion", "TransportVelocity", "Shifting", "Term", "TermContext",
@@ -256,7 +257,7 @@ class MomentumInputs:
     the particles with their densities (wall rows: the extrapolated wall densities), the
     pressures, the velocities (wall rows: the viscous-term wall velocities), the transport
     velocities (or None), the volumes (or None: m / rho), mu, p_b, the body force (or None)
-    and the fluid rows."""
+    and the fluid rows (and the zones of an open boundary, or None)."""
 
     particles: ParticleState
     pressures: torch.Tensor
@@ -267,6 +268,19 @@ class MomentumInputs:
     backgroundPressure: object
     bodyForce: torch.Tensor | None
     fluid: torch.Tensor
+    zones: object = None
+    outletAccelerations: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """The kinds of one rate evaluation, their wall and fluid masks and (with an open
+    boundary) its zones."""
+
+    kinds: torch.Tensor
+    isWall: torch.Tensor
+    isFluid: torch.Tensor
+    zones: object = None
 
 
 @dataclass(frozen=True)
@@ -341,6 +355,8 @@ class ParticleSet:
             (`fluids.scenes.batchScenes` builds one), or None (one scene); checked to lie in
             ``[0, numScenes)`` at construction (one readback).
         numScenes: B (1 without scenes).
+        openBoundary: `fluids.openboundary.OpenBoundary` (an inlet and an outlet; the kinds
+            of the particles that are not walls then follow their positions), or None.
     """
 
     supports: torch.Tensor
@@ -351,6 +367,7 @@ class ParticleSet:
     container: tuple | None = None
     scenes: torch.Tensor | None = None
     numScenes: int = 1
+    openBoundary: OpenBoundary | None = None
 
     def __post_init__(self):
         n = self.supports.shape[0] if isinstance(self.supports, torch.Tensor) else None
@@ -386,6 +403,21 @@ class ParticleSet:
                 raise ValueError(f"ParticleSet: scenes holds {bad} (particle {first}); "
                                  f"accepted: scene indices in [0, numScenes) = "
                                  f"[0, {self.numScenes})")
+
+        ob = self.openBoundary
+        if ob is not None:
+            if not isinstance(ob, OpenBoundary):
+                raise TypeError(f"ParticleSet: openBoundary is a {type(ob).__name__}; "
+                                "accepted: an OpenBoundary (fluids.openboundary) or None")
+            if ob.dimension != self.dimension:
+                raise ValueError(f"ParticleSet: the open boundary is {ob.dimension}D and the "
+                                 f"domain {self.dimension}D")
+            if sc is not None:
+                raise ValueError("ParticleSet: an open boundary with scenes is not supported; "
+                                 "accepted: scenes=None with an openBoundary")
+            if abs(ob.spacing - self.spacing) > 1e-12 * self.spacing:
+                raise ValueError(f"ParticleSet: the open boundary's spacing {ob.spacing!r} "
+                                 f"differs from spacing={self.spacing!r}")
 
     @property
     def dimension(self) -> int:
@@ -619,35 +651,60 @@ class Scheme:
                              f"{self.interaction.name}, so the fluid would pass through them; "
                              "walls are ParticleType.Boundary")
 
+    def _checkOpen(self, particles: ParticleSet) -> None:
+        if particles.openBoundary is None:
+            return
+        _, references = interactionKinds(self.interaction)
+        if ParticleType.Boundary not in references or ParticleType.Ghost in references:
+            raise ValueError(f"Scheme: an open boundary's buffers are read as Boundary "
+                             f"references and its pool is of kind Ghost, but the interaction "
+                             f"{self.interaction.name} "
+                             + ("never reads a Boundary reference" if ParticleType.Boundary
+                                not in references else "reads Ghost references")
+                             + "; accepted: FluidQueriesNonGhostReferences")
+
     # -- the rate function -----------------------------------------------------------------
     def rates(self, particles: ParticleSet) -> Callable:
         """The rate function ``rates(state, neighbours) -> Rates`` (`TransportRates` with
         a transport velocity or shifting) of this scheme on `particles` (module docstring).
         Checks the kinds once (`checkKinds`)."""
         self.checkKinds(particles)
+        self._checkOpen(particles)
         if self.density == "summation":
             return self._summationRates(particles)
         return self._continuityRates(particles)
 
     def _common(self, particles: ParticleSet):
+        """``(H, m, domain, classify, make)``: ``classify(x) -> _Kinds`` the kinds of an
+        evaluation (the static ones, or with an open boundary those of the positions) and
+        ``make(x, rho, k)`` the operators' particle state."""
         H, m, kinds, domain = (particles.supports, particles.masses, particles.kinds,
                                particles.domain)
         scenes = particles.scenes
         version = kinds._version
+        ob = particles.openBoundary
+        static = _Kinds(kinds, kinds == int(ParticleType.Boundary),
+                        kinds == int(ParticleType.Fluid))
 
-        def make(x, rho=None):
-            """The operators' particle state at positions x (with the scene indices)."""
+        def classify(x) -> _Kinds:
             if kinds._version != version:
-                # the fluid and wall masks below were taken from the kinds at build time;
-                # the operators would read the new kinds: a silent mix of both
+                # the fluid and wall masks were taken from the kinds at build time; the
+                # operators would read the new kinds: a silent mix of both
                 raise ValueError("Scheme: particles.kinds was changed in place after the rate "
                                  "function was built; build it again (scheme.rates(particles)"
                                  ", scheme.wallForce(...)) for the new kinds")
-            return ParticleState(x, H, m, kinds, rho, scenes=scenes)
+            if ob is None:
+                return static
+            z = ob.zones(x, kinds)
+            now = ob.kinds(x, kinds)
+            return _Kinds(now, now == int(ParticleType.Boundary),
+                          now == int(ParticleType.Fluid), z)
 
-        isWall = kinds == int(ParticleType.Boundary)
-        isFluid = kinds == int(ParticleType.Fluid)
-        return H, m, kinds, domain, isWall, isFluid, make
+        def make(x, rho, k: _Kinds):
+            """The operators' particle state at positions x (with the scene indices)."""
+            return ParticleState(x, H, m, k.kinds, rho, scenes=scenes)
+
+        return H, m, domain, classify, make
 
     def _bodyForce(self, like: torch.Tensor):
         if self.bodyForce is None:
@@ -682,16 +739,48 @@ class Scheme:
         artificial = av.alpha * particles.spacing * self.c0 / 8.0
         return self.viscosity / (self.viscosity + artificial)
 
-    def _walls(self, P, p, u, domain, adjacency, g, noSlip):
-        """`extrapolateWalls` of the scheme's walls, with the body force as g (0 without)."""
+    def _walls(self, P, p, u, domain, adjacency, g, noSlip, k: _Kinds, particles):
+        """`extrapolateWalls` of the scheme's walls, with the body force as g (0 without);
+        with an open boundary, its buffers' values (`fluids.openboundary`): the outlet's
+        pressure, and each buffer particle's own velocity."""
         x = P.positions
         gw = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device) if g is None else g
-        walls, eos, rho0, c0 = self.walls, self.equationOfState, self.rho0, self.c0
-        return extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
-                                densityOfPressure=lambda q: eos.density(q, rho0, c0),
-                                wallVelocity=walls.velocity,
-                                wallAccelerations=walls.accelerations, noSlip=noSlip,
-                                kernel=self.kernel, supportMode=self.supportMode)
+        walls, eos, rho0, c0 = self.walls or Walls(False), self.equationOfState, self.rho0, \
+            self.c0
+        w = extrapolateWalls(P, p, u, domain, adjacency, gravity=gw,
+                             densityOfPressure=lambda q: eos.density(q, rho0, c0),
+                             wallVelocity=walls.velocity,
+                             wallAccelerations=walls.accelerations, noSlip=noSlip,
+                             kernel=self.kernel, supportMode=self.supportMode,
+                             shepard=k.zones is not None,
+                             candidates=None if k.zones is None else
+                             particles.openBoundary.candidates(adjacency, particles.kinds, x))
+        z = k.zones
+        if z is None:
+            return w
+        pOut = torch.full_like(w.pressures, float(particles.openBoundary.outlet.pressure))
+        return WallState(torch.where(z.outlet, pOut, w.pressures),
+                         torch.where(z.outlet, eos.density(pOut, rho0, c0), w.densities),
+                         torch.where((z.inlet | z.outlet)[:, None], u, w.velocities),
+                         w.shepardVelocities, w.reached)
+
+    def _relaxation(self, particles: ParticleSet) -> float | None:
+        """The relaxation time of an open boundary's buffer values (`Inlet.relaxation`,
+        default 4 h / c0), or None without one."""
+        ob = particles.openBoundary
+        if ob is None:
+            return None
+        return 4.0 * self._h(particles) / self.c0 if ob.inlet.relaxation is None \
+            else ob.inlet.relaxation
+
+    @staticmethod
+    def _outletAccelerations(w: WallState, u, k: _Kinds, relax):
+        """The outlet rows with fluid neighbours relax their velocities to the Shepard
+        average of the fluid's (a zero-gradient outflow); the others keep theirs."""
+        if k.zones is None:
+            return None
+        pulled = (k.zones.outlet & w.reached)[:, None]
+        return torch.where(pulled, (w.shepardVelocities - u) / relax, torch.zeros_like(u))
 
     def _pressures(self, state, adjacency, P, u, V, isFluid, domain):
         """The equation of state's pressures of ``P.densities``, plus the user's pressure
@@ -722,31 +811,36 @@ class Scheme:
         """``inputs(state, adjacency) -> MomentumInputs`` of summation density (module
         docstring, steps 1-3): the number-density volumes and densities, the pressures, the
         walls' extrapolated values and the transport velocities."""
-        H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
+        H, m, domain, classify, make = self._common(particles)
         walls, tv = self.walls, self.transportVelocity
+        extrapolate = walls is not None or particles.openBoundary is not None
         mu = self._dynamicViscosity(particles)
         pb = 0.0 if tv is None else (self.rho0 * self.c0**2 if tv.backgroundPressure is None
                                      else tv.backgroundPressure)
         wallVolume = None if walls is None else walls.volume
         noSlip = self._noSlipShare(particles)
+        relax = self._relaxation(particles)
 
         def inputs(state, adjacency):
             x, u = state.positions, state.velocities
-            V = numberDensityVolumes(make(x), domain, adjacency, self.kernel,
+            k = classify(x)
+            V = numberDensityVolumes(make(x, None, k), domain, adjacency, self.kernel,
                                      self.supportMode)
             rho = m / V
-            P = make(x, rho)
-            p = self._pressures(state, adjacency, P, u, V, isFluid, domain)
+            P = make(x, rho, k)
+            p = self._pressures(state, adjacency, P, u, V, k.isFluid, domain)
             ut = getattr(state, "transportVelocities", None)
             ut = u if ut is None else ut
             g = self._bodyForce(x)
-            if walls is not None:
-                w = self._walls(P, p, u, domain, adjacency, g, noSlip)
-                V = torch.where(isWall, m / w.densities if wallVolume is None
+            outflow = None
+            if extrapolate:
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles)
+                outflow = self._outletAccelerations(w, u, k, relax)
+                V = torch.where(k.isWall, m / w.densities if wallVolume is None
                                 else torch.full_like(V, wallVolume), V)
-                ut = torch.where(isWall[:, None], w.velocities, ut)
-                P, p, u = make(x, w.densities), w.pressures, w.velocities
-            return MomentumInputs(P, p, u, ut, V, mu, pb, g, isFluid)
+                ut = torch.where(k.isWall[:, None], w.velocities, ut)
+                P, p, u = make(x, w.densities, k), w.pressures, w.velocities
+            return MomentumInputs(P, p, u, ut, V, mu, pb, g, k.isFluid, k.zones, outflow)
 
         return inputs
 
@@ -773,6 +867,8 @@ class Scheme:
                                             operationMode=self.interaction, **kw)
             a = self._applyTerms("acceleration", a, lambda: TermContext(
                 state, adjacency, P, p, u, V, isFluid, domain, self), isFluid, a.shape)
+            if mi.outletAccelerations is not None:
+                a = a + mi.outletAccelerations
             if not transport:
                 return Rates(a, None)
             shift = None if self.shifting is None else self._shift(particles, P, domain,
@@ -785,26 +881,31 @@ class Scheme:
         """``inputs(state, adjacency) -> MomentumInputs`` of a continuity equation (module
         docstring, steps 2-3): the state's densities, the pressures and the walls'
         extrapolated values (wall volumes ``Walls.volume``, default spacing^d)."""
-        H, m, kinds, domain, isWall, isFluid, make = self._common(particles)
+        H, m, domain, classify, make = self._common(particles)
         walls = self.walls
         mu = self._dynamicViscosity(particles)
         d = particles.dimension
-        wallVolume = None if walls is None else (
-            particles.spacing ** d if walls.volume is None else walls.volume)
+        extrapolate = walls is not None or particles.openBoundary is not None
+        wallVolume = None if not extrapolate else (
+            particles.spacing ** d if walls is None or walls.volume is None else walls.volume)
         noSlip = self._noSlipShare(particles)
+        relax = self._relaxation(particles)
 
         def inputs(state, adjacency):
             x, u, rho = state.positions, state.velocities, state.densities
-            P = make(x, rho)
-            p = self._pressures(state, adjacency, P, u, None, isFluid, domain)
+            k = classify(x)
+            P = make(x, rho, k)
+            p = self._pressures(state, adjacency, P, u, None, k.isFluid, domain)
             g = self._bodyForce(x)
             V = None
             uw = u
-            if walls is not None:
-                w = self._walls(P, p, u, domain, adjacency, g, noSlip)
-                P, p, uw = make(x, w.densities), w.pressures, w.velocities
-                V = torch.where(isWall, torch.full_like(p, wallVolume), m / w.densities)
-            return MomentumInputs(P, p, uw, None, V, mu, 0.0, g, isFluid)
+            outflow = None
+            if extrapolate:
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles)
+                outflow = self._outletAccelerations(w, u, k, relax)
+                P, p, uw = make(x, w.densities, k), w.pressures, w.velocities
+                V = torch.where(k.isWall, torch.full_like(p, wallVolume), m / w.densities)
+            return MomentumInputs(P, p, uw, None, V, mu, 0.0, g, k.isFluid, k.zones, outflow)
 
         return inputs
 
@@ -816,6 +917,7 @@ class Scheme:
         kw = dict(kernel=self.kernel, supportMode=self.supportMode,
                   operationMode=self.interaction)
         inputs = self._continuityInputs(particles)
+        relax = self._relaxation(particles)
 
         def rates(state, adjacency):
             x, u = state.positions, state.velocities
@@ -843,6 +945,12 @@ class Scheme:
                 drho = drho + densityDiffusion(P, domain, adjacency, dd.delta, h, c0, **kw,
                                                values=values)
             drho = self._applyTerms("densityRate", drho, context, isFluid, drho.shape)
+            if mi.outletAccelerations is not None:
+                acc = acc + mi.outletAccelerations
+            if mi.zones is not None:
+                # inlet-buffer densities relax to those of their extrapolated pressures
+                drho = torch.where(mi.zones.inlet, (P.densities - state.densities) / relax,
+                                   drho)
             return Rates(acc, drho)
 
         return rates
@@ -859,6 +967,7 @@ class Scheme:
         on the fluid, nor user terms. Drag and lift of a body in a stream are its components;
         differentiable in reverse and forward mode as the rates are."""
         self.checkKinds(particles)
+        self._checkOpen(particles)
         mask = checkBody(particles, body)
         inputs = (self._summationInputs(particles) if self.density == "summation"
                   else self._continuityInputs(particles))
@@ -900,14 +1009,15 @@ class Scheme:
                              container=particles.container,
                              timeStepLimit=self.timeStepLimit(particles),
                              timeStepTolerance=1.5, dt=dt,
-                             every=every, **actions)
+                             every=every, openBoundary=particles.openBoundary, **actions)
 
     def neighbours(self, particles: ParticleSet, skin: float = 0.1, *, wrap: bool = True,
                    monitor=None) -> VerletNeighbours:
         """The `VerletNeighbours` policy of a run (for `rollout`; `Simulation` builds the
         same from its `LoopOptions`)."""
         return VerletNeighbours(particles.domain, particles.supports, skin, self.supportMode,
-                                wrap=wrap, monitor=monitor, scenes=particles.scenes)
+                                wrap=wrap, monitor=monitor, scenes=particles.scenes,
+                                openBoundary=particles.openBoundary, kinds=particles.kinds)
 
     def simulation(self, particles: ParticleSet, state: FluidState, dt=None, *,
                    maxSpeed: float = 0.0, options: LoopOptions | None = None,
@@ -953,7 +1063,7 @@ class Scheme:
         return Simulation(state, self.rates(particles), particles.domain, particles.supports,
                           dt, stepper=self.stepper if stepper is None else stepper,
                           options=options, monitor=monitor, scenes=particles.scenes,
-                          **kwargs)
+                          openBoundary=particles.openBoundary, kinds=particles.kinds, **kwargs)
 
 
 def hydrostaticStart(scheme: Scheme, positions: torch.Tensor, kinds: torch.Tensor,

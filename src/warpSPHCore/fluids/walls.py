@@ -80,11 +80,16 @@ class WallState:
         pressures: ``[N]``.
         densities: ``[N]``.
         velocities: ``[N, d]`` (the wall rows are the viscous-term velocities).
+        shepardVelocities: ``[N, d]`` the Shepard average of the fluid's velocities at the
+            wall rows (0 without fluid neighbours), or None.
+        reached: bool ``[N]``, the wall rows with fluid neighbours, or None.
     """
 
     pressures: torch.Tensor
     densities: torch.Tensor
     velocities: torch.Tensor
+    shepardVelocities: torch.Tensor | None = None
+    reached: torch.Tensor | None = None
 
 
 def _vectorField(value, like: torch.Tensor, name: str) -> torch.Tensor:
@@ -112,7 +117,7 @@ _WALL_EDGES: OrderedDict = OrderedDict()
 _WALL_EDGES_SIZE = 8
 
 
-def wallFluidEdges(adjacency: AdjacencyList, kinds: torch.Tensor):
+def wallFluidEdges(adjacency: AdjacencyList, kinds: torch.Tensor, candidates=None):
     """The edges ``(i, j)`` of `adjacency` from a wall row (kind Boundary) to a fluid
     reference (kind Fluid): the only pairs the wall extrapolation sums over. Selected once
     per list and kinds (one readback, the edge count), then cached while the list is among
@@ -121,30 +126,43 @@ def wallFluidEdges(adjacency: AdjacencyList, kinds: torch.Tensor):
     Args:
         adjacency: the `AdjacencyList`.
         kinds: ``[N]`` int32 kinds.
+        candidates: ``(rows, references)``, bool ``[N]`` masks that hold every particle that
+            may be a wall row and a fluid reference while the list is used (kinds that
+            change with the positions: an open boundary's); the selection is then cached per
+            list and masks, and the kinds of each call weigh the edges (the kernel sums
+            give other pairs zero weight). None: the kinds.
 
     Returns:
         An object with ``i``, ``j`` (int64 ``[E_wf]``) and ``supportMode``.
     """
-    key = (id(adjacency), id(kinds), kinds._version)
+    if candidates is not None:
+        key = (id(adjacency), id(candidates[0]), id(candidates[1]))
+        guard = candidates
+    else:
+        key = (id(adjacency), id(kinds), kinds._version)
+        guard = kinds
     hit = _WALL_EDGES.get(key)
     if hit is not None:
         _WALL_EDGES.move_to_end(key)
         return hit[2]
     i, j = adjacency.i, adjacency.j
-    keep = (kinds[i] == int(ParticleType.Boundary)) & (kinds[j] == int(ParticleType.Fluid))
+    if candidates is not None:
+        keep = candidates[0][i] & candidates[1][j]
+    else:
+        keep = (kinds[i] == int(ParticleType.Boundary)) & (kinds[j] == int(ParticleType.Fluid))
     rows = torch.nonzero(keep).flatten()  # the one readback: the number of wall-fluid edges
     edges = _Edges(i[rows], j[rows], adjacency.supportMode)
-    _WALL_EDGES[key] = (adjacency, kinds, edges)
+    _WALL_EDGES[key] = (adjacency, guard, edges)
     while len(_WALL_EDGES) > _WALL_EDGES_SIZE:
         _WALL_EDGES.popitem(last=False)
     return edges
 
 
-def _wallSums(particles, domain, adjacency, kernel, supportMode):
+def _wallSums(particles, domain, adjacency, kernel, supportMode, candidates=None):
     """(W_wf [E_wf], i, j, 1 / sum_f W_wf [N] or 0, is-wall [N], r_wf [E_wf, d]) over the
     wall-fluid edges, under BoundaryQueriesFluidReferences: one kernel evaluation and one
     set of pair vectors shared by the pressure and velocity extrapolations."""
-    adj = wallFluidEdges(_edgeList(adjacency, "walls"), particles.kinds)
+    adj = wallFluidEdges(_edgeList(adjacency, "walls"), particles.kinds, candidates)
     props = OperationProperties(
         kernel, supportMode=supportMode,
         operationMode=OperationDirection.BoundaryQueriesFluidReferences)
@@ -259,7 +277,8 @@ def wallVelocities(particles, velocities, domain, adjacency, *, wallVelocity=Non
 def extrapolateWalls(particles, pressures, velocities, domain, adjacency, *, gravity,
                      densityOfPressure: Callable, wallVelocity=None, wallAccelerations=None,
                      noSlip=True, kernel=KernelFunctions.Wendland2,
-                     supportMode=SupportScheme.Gather) -> WallState:
+                     supportMode=SupportScheme.Gather, shepard: bool = False,
+                     candidates=None) -> WallState:
     """Wall pressures, densities and velocities of Adami et al. in one call, from one kernel
     evaluation (module table).
 
@@ -278,18 +297,27 @@ def extrapolateWalls(particles, pressures, velocities, domain, adjacency, *, gra
             no-slip velocity in a blend (`wallVelocities`).
         kernel: `KernelFunctions`.
         supportMode: `SupportScheme`.
+        shepard: also return the Shepard average of the fluid's velocities at every wall row
+            and whether the row has fluid neighbours (an open boundary's outlet).
+        candidates: the ``(rows, references)`` masks of `wallFluidEdges` (kinds that change
+            with the positions), or None.
 
     Returns:
         `WallState` of ``[N]`` pressures, ``[N]`` densities and ``[N, d]`` velocities, the
-        wall rows extrapolated and the other rows the inputs.
+        wall rows extrapolated and the other rows the inputs (with `shepard`, also
+        ``shepardVelocities [N, d]`` and ``reached [N]``).
     """
     owner = "extrapolateWalls"
     particleField(owner, "velocities", velocities, *particles.positions.shape)
-    sums = _wallSums(particles, domain, adjacency, kernel, supportMode)
+    sums = _wallSums(particles, domain, adjacency, kernel, supportMode, candidates)
     p = _pressures(sums, particles, pressures, domain, gravity, wallAccelerations, owner)
     densities = torch.where(sums[4], densityOfPressure(p), particles.densities)
     u = _velocities(sums, velocities, wallVelocity, noSlip, owner)
-    return WallState(p, densities, u)
+    if not shepard:
+        return WallState(p, densities, u)
+    W, i, _, invS, _, _ = sums
+    ut = _scatter(i, W[:, None] * velocities[sums[2]], velocities) * invS[:, None]
+    return WallState(p, densities, u, ut, invS > 0)
 
 
 _SIDES = ("-x", "+x", "-y", "+y", "-z", "+z")

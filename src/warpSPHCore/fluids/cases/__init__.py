@@ -17,6 +17,9 @@ writes ``results.json`` and figures into the folder `out` and returns the result
                  (`cases.hydrostatic`)
 ``beltrami``    3D Arnold-Beltrami-Childress flow, Re = 10, periodic 2 pi box, decaying
                 to half its kinetic energy, transport-velocity scheme (`cases.beltrami`)
+``channel``     a plane channel with an open inlet (parabolic inflow) and outlet (fixed
+                pressure): the steady Poiseuille profile and the mass balance
+                (`cases.channel`)
 ==============  ==================================================================
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import beltrami, cavity, dambreak, hydrostatic, poiseuille, tgv
+from . import beltrami, cavity, channel, dambreak, hydrostatic, poiseuille, tgv
 from .transport import TransportRates, TransportState, transportKickDriftKick
 
 __all__ = ["Case", "CASES", "TransportRates", "TransportState", "transportKickDriftKick"]
@@ -59,4 +62,7 @@ CASES = {
     "beltrami": Case("beltrami", beltrami.BeltramiConfig, beltrami.run,
                      "3D Arnold-Beltrami-Childress flow (A = B = C = 1, k = 1), Re = 10, "
                      "decay to half the kinetic energy, transport velocity"),
+    "channel": Case("channel", channel.ChannelConfig, channel.run,
+                    "2D channel with an open inlet (parabolic inflow) and outlet, Adami "
+                    "no-slip walls, steady profile vs Poiseuille, mass balance"),
 }

@@ -1,0 +1,211 @@
+"""Open boundaries (`fluids.openboundary`): zones and kinds that follow the positions, the
+inflow lanes' refill from the pool (positions, velocities, counts), the starved-inflow
+guard, a tiny open channel run (no particle lost or stuck, the mass flux of the inlet
+arriving at the outlet), the host-sync census of an open step against a closed one, and
+derivatives through a rollout across the open boundary against central differences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from warpSPHCore import DomainDescription
+from warpSPHCore.enumTypes import ParticleType
+from warpSPHCore.fluids import (
+    DensityDiffusion,
+    FluidState,
+    HealthMonitor,
+    Linear,
+    ParticleSet,
+    Scheme,
+    SimulationHealthError,
+    Walls,
+    rollout,
+)
+from warpSPHCore.fluids.cases.channel import ChannelConfig, run
+from warpSPHCore.fluids.openboundary import Inlet, Outlet, openChannel
+from warpSPHCore.util import hostSyncCensus
+
+F64 = torch.float64
+DX = 0.25
+
+
+def _channel(speed=1.0, spareLayers=4, length=1.0):
+    inlet = Inlet(0.0, speed, layers=3)
+    x, kinds, ob, (lo, hi) = openChannel([0.0, 0.0], [length, 1.0], DX, inlet,
+                                         Outlet(length, 0.0, 3), wallLayers=2,
+                                         reservoirLayers=4, spareLayers=spareLayers)
+    return x, kinds, ob, (lo, hi)
+
+
+def test_zones_and_kinds_follow_the_positions():
+    x, kinds, ob, _ = _channel()
+    lanes = 4
+    z = ob.zones(x, kinds)
+    assert int(z.reservoir.sum()) == 4 * lanes
+    assert int(z.inlet.sum()) == 3 * lanes
+    assert int(z.fluid.sum()) == 4 * lanes
+    assert int(z.outlet.sum()) == 3 * lanes
+    assert int(z.removed.sum()) == 4 * lanes  # the spares
+    k = ob.kinds(x, kinds)
+    walls = kinds == int(ParticleType.Boundary)
+    assert torch.equal(k[walls], kinds[walls])
+    assert (k[z.inlet | z.outlet] == int(ParticleType.Boundary)).all()
+    assert (k[z.reservoir | z.removed] == int(ParticleType.Ghost)).all()
+    assert (k[z.fluid] == int(ParticleType.Fluid)).all()
+    # a particle moved across x_out turns from fluid into outlet buffer
+    i = int(torch.nonzero(z.fluid)[0])
+    y = x.clone()
+    y[i, 0] = ob.outlet.position + 0.1 * DX
+    assert int(ob.kinds(y, kinds)[i]) == int(ParticleType.Boundary)
+    assert bool(ob.zones(y, kinds).outlet[i])
+
+
+def test_each_lane_that_moved_a_spacing_takes_one_pool_particle_behind_it():
+    speed = torch.tensor(0.7, dtype=F64)
+    x, kinds, ob, _ = _channel(speed)
+    z = ob.zones(x, kinds)
+    feed = z.reservoir | z.inlet
+    moved = x.clone()
+    moved[feed, 0] += 0.6 * DX  # every lane's rearmost particle is now x_res + 1.1 dx
+    state = FluidState(moved, torch.zeros_like(x), torch.ones(x.shape[0], dtype=F64), 0.0)
+    new = ob.place(state, kinds)
+    after = ob.zones(new.positions, kinds)
+    taken = z.removed & ~after.removed
+    assert int(taken.sum()) == 4  # one per lane, the lowest pool indices
+    first = torch.nonzero(z.removed).flatten()[:4]
+    assert torch.equal(torch.nonzero(taken).flatten(), first)
+    got = new.positions[taken]
+    torch.testing.assert_close(got[:, 0], torch.full((4,), ob.reservoirStart + 0.1 * DX,
+                                                     dtype=F64))
+    torch.testing.assert_close(torch.sort(got[:, 1]).values,
+                               (torch.arange(4, dtype=F64) + 0.5) * DX)
+    feedNow = after.reservoir | after.inlet
+    torch.testing.assert_close(new.velocities[feedNow, 0],
+                               torch.full((int(feedNow.sum()),), 0.7, dtype=F64))
+    assert float(new.velocities[feedNow, 1].abs().max()) == 0.0
+    # the other rows keep their positions; pool rows are at rest
+    torch.testing.assert_close(new.positions[~taken], moved[~taken])
+    assert float(new.velocities[after.removed].abs().max()) == 0.0
+
+
+def test_a_starved_inflow_raises_naming_the_lanes():
+    x, kinds, ob, _ = _channel(spareLayers=0)
+    state = FluidState(x, torch.zeros_like(x), torch.ones(x.shape[0], dtype=F64), 0.0)
+    monitor = HealthMonitor(kinds=kinds, openBoundary=ob)
+    monitor.check(state)  # a full reservoir is fine
+    for _ in range(6):  # move the inflow on by 6 x 0.9 dx with no pool to refill it
+        z = ob.zones(state.positions, kinds)
+        y = state.positions.clone()
+        y[z.reservoir | z.inlet, 0] += 0.9 * DX
+        state = ob.place(FluidState(y, state.velocities, state.densities, 0.0), kinds)
+    assert bool(ob.starved(state.positions, kinds))
+    with pytest.raises(SimulationHealthError, match=r"inflow lanes \[0, 1, 2, 3\] ran out"):
+        monitor.check(state)
+
+
+def test_bad_open_boundaries_raise():
+    with pytest.raises(ValueError, match="not downstream"):
+        _, _, ob, _ = _channel()
+        type(ob)(Inlet(1.0, 1.0), Outlet(0.5), DX, [0.0], [4])
+    with pytest.raises(TypeError, match="velocity is a str"):
+        Inlet(0.0, "fast")
+    x, kinds, ob, (lo, hi) = _channel()
+    n = x.shape[0]
+    box = DomainDescription(torch.tensor(lo, dtype=F64), torch.tensor(hi, dtype=F64),
+                            [False, False])
+    particles = ParticleSet(torch.full((n,), 2 * DX, dtype=F64),
+                            torch.full((n,), DX * DX, dtype=F64), kinds, box, DX,
+                            openBoundary=ob)
+    from warpSPHCore.enumTypes import OperationDirection
+    scheme = Scheme(rho0=1.0, c0=10.0, walls=Walls(),
+                    interaction=OperationDirection.Unmasked)
+    with pytest.raises(ValueError, match="reads Ghost references"):
+        scheme.rates(particles)
+    with pytest.raises(ValueError, match="reservoir .* is shallower"):
+        Scheme(rho0=1.0, c0=10.0, walls=Walls()).neighbours(particles, skin=20.0)
+
+
+def _particles(speed=1.0, length=1.0, advance=0.0):
+    x, kinds, ob, (lo, hi) = _channel(speed, length=length)
+    z = ob.zones(x, kinds)
+    x[z.reservoir | z.inlet | z.fluid, 0] += advance  # lanes about to take pool particles
+    n = x.shape[0]
+    box = DomainDescription(torch.tensor(lo, dtype=F64), torch.tensor(hi, dtype=F64),
+                            [False, False])
+    particles = ParticleSet(torch.full((n,), 2 * DX, dtype=F64),
+                            torch.full((n,), DX * DX, dtype=F64), kinds, box, DX,
+                            openBoundary=ob)
+    v = torch.zeros_like(x)
+    v[:, 0] = torch.where(kinds == 0, 1.0, 0.0)
+    return particles, FluidState(x, v, torch.ones(n, dtype=F64))
+
+
+def _scheme():
+    return Scheme(rho0=1.0, c0=10.0, equationOfState=Linear(), viscosity=0.1,
+                  densityDiffusion=DensityDiffusion("molteni", 0.1), walls=Walls())
+
+
+def test_tiny_open_channel(tmp_path):
+    """A tiny channel through its case runner: nothing lost or stuck, the outflow carries the
+    inflow's mass flux, the pressure falls along the channel."""
+    r = run(ChannelConfig(ny=6, length=1.0, flowThroughs=0.5, startup=0.2, re=5.0),
+            tmp_path, quiet=True)
+    assert r["lostParticles"] == 0 and r["stuckParticles"] == 0
+    assert r["massBalanceRelErr"] < 0.1, r["massBalanceRelErr"]  # one-column slabs
+    assert abs(r["massFluxIn"] - r["massFluxExact"]) < 0.05 * r["massFluxExact"]
+    assert r["pressureGradient"] < 0.0
+    assert r["massInflow"] > 0 and r["massOutflow"] > 0
+    assert r["profileL2RelErr"] < 0.1, r["profileL2RelErr"]
+    assert (tmp_path / "results.json").exists() and (tmp_path / "channel.png").exists()
+
+
+def test_host_sync_census_of_an_open_step_equals_a_closed_step():
+    scheme = _scheme()
+    particles, state = _particles()
+    closed = ParticleSet(particles.supports, particles.masses, particles.kinds,
+                         particles.domain, DX)
+
+    def syncs(p):
+        sim = scheme.simulation(p, state, maxSpeed=1.5)
+        sim.run(2)
+        builds = sim.neighbours.builds
+        with hostSyncCensus.census() as c:
+            sim.run(1)
+        assert sim.neighbours.builds == builds
+        return dict(c.hits)
+
+    opened, shut = syncs(particles), syncs(closed)
+    assert opened == shut and sum(shut.values()) > 0
+
+
+def test_derivatives_through_a_rollout_across_the_open_boundary():
+    """The mean axial force on the channel walls after a 12-step rollout in which lanes take
+    pool particles, differentiated with respect to the inflow speed: reverse and forward mode
+    against central differences (float64)."""
+    scheme = _scheme()
+
+    def force(speed):
+        particles, state = _particles(speed, advance=0.45 * DX)
+        neighbours = scheme.neighbours(particles)
+        dt = scheme.timeStep(particles, 1.5)
+        out = rollout(state, dt, 12, scheme.rates(particles), neighbours,
+                      stepper=scheme.stepper)
+        ob, kinds = particles.openBoundary, particles.kinds
+        before, after = (ob.zones(s.positions, kinds) for s in (state, out.state))
+        assert int(after.removed.sum()) < int(before.removed.sum())  # lanes took particles
+        assert int((before.inlet & after.fluid).sum()) > 0  # and particles entered the fluid
+        adj = neighbours(FluidState(out.state.positions.detach(),
+                                    out.state.velocities.detach()))
+        return scheme.wallForce(particles)(out.state, adj)[0]
+
+    U = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(force(U), U)
+    with torch.no_grad():
+        fd = (force(U + 1e-6) - force(U - 1e-6)) / 2e-6
+    assert abs(float(fd)) > 1e-4
+    assert abs(float(g) - float(fd)) <= 1e-5 * abs(float(fd)), (float(g), float(fd))
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(U.detach(), torch.ones((), dtype=F64))
+        tangent = torch.autograd.forward_ad.unpack_dual(force(dual)).tangent
+    assert abs(float(tangent) - float(fd)) <= 1e-5 * abs(float(fd))
