@@ -384,7 +384,8 @@ def openChannel(lower, upper, spacing: float, inlet: Inlet, outlet: Outlet | Non
     particles line the transverse sides from the inlet buffer to the pool.
 
     Args:
-        lower, upper: the fluid's corners (``[d]`` numbers), whole numbers of spacings.
+        lower: the fluid's lower corner (``[d]`` numbers).
+        upper: its upper corner (the extents whole numbers of spacings).
         spacing: dx.
         inlet: the `Inlet` (its position is replaced by ``lower[axis]``).
         outlet: the `Outlet` (default ``Outlet(upper[axis])``; its position is replaced by
@@ -393,7 +394,8 @@ def openChannel(lower, upper, spacing: float, inlet: Inlet, outlet: Outlet | Non
         wallLayers: layers of wall particles.
         reservoirLayers: the reservoir depth in spacings.
         spareLayers: the pool in layers of lanes (the slack between inflow and outflow).
-        dtype, device: of the positions.
+        dtype: of the positions.
+        device: of the positions and kinds.
 
     Returns:
         ``(positions [N, d], kinds [N] int32, boundary OpenBoundary, (lo [d], hi [d]))``: the
