@@ -20,6 +20,9 @@ writes ``results.json`` and figures into the folder `out` and returns the result
 ``channel``     a plane channel with an open inlet (parabolic inflow) and outlet (fixed
                 pressure): the steady Poiseuille profile and the mass balance
                 (`cases.channel`)
+``cylinder``    the DFG 2D-1 benchmark (Schafer & Turek 1996): a cylinder in a channel
+                with an open inlet and outlet, Re = 20, drag, lift and pressure
+                difference against the reference intervals (`cases.cylinder`)
 ==============  ==================================================================
 """
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import beltrami, cavity, channel, dambreak, hydrostatic, poiseuille, tgv
+from . import beltrami, cavity, channel, cylinder, dambreak, hydrostatic, poiseuille, tgv
 from .transport import TransportRates, TransportState, transportKickDriftKick
 
 __all__ = ["Case", "CASES", "TransportRates", "TransportState", "transportKickDriftKick"]
@@ -65,4 +68,7 @@ CASES = {
     "channel": Case("channel", channel.ChannelConfig, channel.run,
                     "2D channel with an open inlet (parabolic inflow) and outlet, Adami "
                     "no-slip walls, steady profile vs Poiseuille, mass balance"),
+    "cylinder": Case("cylinder", cylinder.CylinderConfig, cylinder.run,
+                     "DFG 2D-1 cylinder benchmark (Re = 20): drag, lift and pressure "
+                     "difference vs Schafer & Turek 1996, open inlet and outlet"),
 }
