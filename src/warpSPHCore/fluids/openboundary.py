@@ -42,13 +42,17 @@ extra rebuild and no extra readback per step come from the open boundary.
 and the pressure of the dummy-wall extrapolation (a Shepard average of the fluid's pressures
 plus the body-force term, zero-gradient); with a continuity equation their densities relax
 to the density of that pressure over ``Inlet.relaxation`` (default 4 h / c0), so a particle
-entering the fluid carries the local density. Outlet-buffer particles carry the prescribed
-pressure ``Outlet.pressure`` (its density by the inverse equation of state) and keep the
-velocity they left the fluid with (its component along the axis clipped at 0, so nothing
-stalls in the outlet). The pressure level of the channel is set at the outlet, the flow
-rate at the inlet: a well-posed pair for a weakly compressible flow. A fixed outlet pressure
-reflects acoustic waves (with the opposite sign); the density diffusion and the viscosity
-damp them.
+entering the fluid carries the local density. Outlet-buffer particles carry the outlet's
+pressure (its density by the inverse equation of state) and relax their velocities to the
+Shepard average of the fluid's over the same time (those out of the fluid's reach keep
+theirs). The pressure level of the channel is set at the outlet, the flow rate at the
+inlet: a well-posed pair for a weakly compressible flow. A fixed outlet pressure p_out
+reflects acoustic waves with the opposite sign; the default outlet takes its pressure from
+the characteristics of the linearised equations (``Outlet.characteristic``): the outgoing
+p + rho0 c0 u from the fluid, the incoming p - rho0 c0 u at its reference (p_out and the
+inflow speed u_k of the particle's lane), p_b = p_out + ((p_f - p_out) + rho0 c0 (u_f -
+u_k)) / 2 with the fluid's Shepard averages p_f, u_f, so an outgoing wave mostly leaves and
+the mean pressure at the outlet stays p_out.
 
 **Starvation.** When a lane needs a particle and the pool is empty, its reservoir shrinks;
 when a lane's reservoir is empty its inflow has a hole. `OpenBoundary.starved` is a device
@@ -123,11 +127,18 @@ class Outlet:
         position: x_out, the plane along the axis where the fluid ends.
         pressure: the outlet buffer's pressure (the channel's pressure level).
         layers: the buffer depth L_out in spacings (at least the support over dx).
+        characteristic: the buffer's pressure from the characteristics (module docstring):
+            p_b = p_out + ((p_f - p_out) + rho0 c0 (u_f - u_k)) / 2 with the fluid's Shepard
+            averages p_f, u_f (along the axis) and the inflow speed u_k of the particle's
+            lane as the reference velocity (the outflow of a channel of constant section);
+            an outgoing acoustic wave mostly leaves instead of reflecting. False: p_b =
+            p_out.
     """
 
     position: float
     pressure: float = 0.0
     layers: int = 4
+    characteristic: bool = False
 
     def __post_init__(self):
         _positiveInt("Outlet", "layers", self.layers)

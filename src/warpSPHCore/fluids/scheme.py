@@ -739,7 +739,7 @@ class Scheme:
         artificial = av.alpha * particles.spacing * self.c0 / 8.0
         return self.viscosity / (self.viscosity + artificial)
 
-    def _walls(self, P, p, u, domain, adjacency, g, noSlip, k: _Kinds, particles):
+    def _walls(self, P, p, u, domain, adjacency, g, noSlip, k: _Kinds, particles, t=0.0):
         """`extrapolateWalls` of the scheme's walls, with the body force as g (0 without);
         with an open boundary, its buffers' values (`fluids.openboundary`): the outlet's
         pressure, and each buffer particle's own velocity."""
@@ -758,7 +758,16 @@ class Scheme:
         z = k.zones
         if z is None:
             return w
-        pOut = torch.full_like(w.pressures, float(particles.openBoundary.outlet.pressure))
+        ob = particles.openBoundary
+        pOut = torch.full_like(w.pressures, float(ob.outlet.pressure))
+        if ob.outlet.characteristic:
+            # the incoming characteristic p - rho0 c0 u held at its reference (p_out and the
+            # inflow speed of the particle's lane), the outgoing p + rho0 c0 u from the fluid
+            a = ob.axis
+            x = P.positions
+            reference = ob.speeds(t, x)[ob.laneOf(x)]  # the inflow carried to the outlet
+            jump = (w.pressures - pOut) + rho0 * c0 * (w.shepardVelocities[:, a] - reference)
+            pOut = torch.where(w.reached, pOut + 0.5 * jump, pOut)
         return WallState(torch.where(z.outlet, pOut, w.pressures),
                          torch.where(z.outlet, eos.density(pOut, rho0, c0), w.densities),
                          torch.where((z.inlet | z.outlet)[:, None], u, w.velocities),
@@ -834,7 +843,8 @@ class Scheme:
             g = self._bodyForce(x)
             outflow = None
             if extrapolate:
-                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles)
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles,
+                                state.time)
                 outflow = self._outletAccelerations(w, u, k, relax)
                 V = torch.where(k.isWall, m / w.densities if wallVolume is None
                                 else torch.full_like(V, wallVolume), V)
@@ -901,7 +911,8 @@ class Scheme:
             uw = u
             outflow = None
             if extrapolate:
-                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles)
+                w = self._walls(P, p, u, domain, adjacency, g, noSlip, k, particles,
+                                state.time)
                 outflow = self._outletAccelerations(w, u, k, relax)
                 P, p, uw = make(x, w.densities, k), w.pressures, w.velocities
                 V = torch.where(k.isWall, torch.full_like(p, wallVolume), m / w.densities)

@@ -72,6 +72,8 @@ class ChannelConfig:
     start: str = option("parabola", "initial fluid velocity: parabola or plug")
     support: float = option(3.0, "support H in particle spacings")
     spareLayers: int = option(8, "spare particles beyond the outlet, in layers of lanes")
+    characteristic: bool = option(True, "outlet pressure from the characteristics "
+                                        "(Outlet.characteristic; False: p = 0 fixed)")
     skin: float = option(0.1, "Verlet skin as a fraction of the support")
     frames: int = option(0, "write a particle frame every k steps (0: none)")
     dtype: str = option("float64", "float64 or float32")
@@ -125,7 +127,8 @@ def setup(config: ChannelConfig) -> Channel:
     layers = math.ceil(config.support - 1e-9) + 1
     inlet = Inlet(0.0, parabolicProfile(umax, [0.0], [W]), layers=layers)
     x, kinds, boundary, (lo, hi) = openChannel(
-        [0.0, 0.0], [L, W], dx, inlet, Outlet(L, 0.0, layers), wallLayers=layers - 1,
+        [0.0, 0.0], [L, W], dx, inlet, Outlet(L, 0.0, layers, config.characteristic),
+        wallLayers=layers - 1,
         reservoirLayers=4, spareLayers=config.spareLayers, **t)
     N = x.shape[0]
     y = x[:, 1]

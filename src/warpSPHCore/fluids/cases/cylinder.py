@@ -70,6 +70,8 @@ class CylinderConfig:
     every: int = option(10, "steps between force samples")
     spareLayers: int = option(8, "spare particles beyond the outlet, in layers of lanes")
     gradients: bool = option(True, "also run dragGradients at its small size")
+    characteristic: bool = option(True, "outlet pressure from the characteristics "
+                                        "(Outlet.characteristic; False: p = 0 fixed)")
     skin: float = option(0.1, "Verlet skin as a fraction of the support")
     frames: int = option(0, "write a particle frame every k steps (0: none)")
     dtype: str = option("float64", "float64 or float32")
@@ -110,8 +112,8 @@ class Cylinder:
 
 
 def setup(resolution: float, *, length: float = LENGTH, support: float = 3.0,
-          c0: float = 15.0, spareLayers: int = 8, maxSpeed=UMAX, dtype=torch.float64,
-          device="cpu") -> Cylinder:
+          c0: float = 15.0, spareLayers: int = 8, maxSpeed=UMAX, characteristic: bool = True,
+          dtype=torch.float64, device="cpu") -> Cylinder:
     """Particles of the benchmark at D / dx = `resolution` (module docstring); `maxSpeed`
     U_max may be a 0-dim tensor (the inflow is then differentiable with respect to it)."""
     dx = DIAMETER / resolution
@@ -119,7 +121,7 @@ def setup(resolution: float, *, length: float = LENGTH, support: float = 3.0,
     inlet = Inlet(0.0, parabolicProfile(maxSpeed, [0.0], [WIDTH]), layers=layers)
     nx = round(length / dx)
     x, kinds, boundary, (lo, hi) = openChannel(
-        [0.0, 0.0], [nx * dx, WIDTH], dx, inlet, Outlet(nx * dx, 0.0, layers),
+        [0.0, 0.0], [nx * dx, WIDTH], dx, inlet, Outlet(nx * dx, 0.0, layers, characteristic),
         wallLayers=layers - 1, reservoirLayers=4, spareLayers=spareLayers, dtype=dtype,
         device=device)
     centre = torch.tensor(CENTRE, dtype=dtype, device=device)
@@ -236,18 +238,14 @@ def _figure(path: Path, x, u, p, kinds, history, case: Cylinder, config) -> None
         ax.set_title(label)
         fig.colorbar(sc, ax=ax, shrink=0.8)
     t = np.asarray(history["time"])
-    ax = fig.add_subplot(3, 2, 5)
-    ax.plot(t, history["drag"])
-    ax.axhspan(*REFERENCE["dragCoefficient"], color="k", alpha=0.2, label="reference")
-    ax.set_xlabel("t")
-    ax.set_ylabel("c_D")
-    ax.legend(fontsize=8)
-    ax = fig.add_subplot(3, 2, 6)
-    ax.plot(t, history["lift"])
-    ax.axhspan(*REFERENCE["liftCoefficient"], color="k", alpha=0.2, label="reference")
-    ax.set_xlabel("t")
-    ax.set_ylabel("c_L")
-    ax.legend(fontsize=8)
+    for k, (key, name, label) in enumerate((("drag", "dragCoefficient", "c_D"),
+                                            ("lift", "liftCoefficient", "c_L"))):
+        ax = fig.add_subplot(3, 2, 5 + k)
+        ax.plot(t, history[key])
+        ax.axhspan(*REFERENCE[name], color="k", alpha=0.2, label="reference")
+        ax.set_xlabel("t")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
     fig.suptitle(f"DFG 2D-1 (Re = 20), D / dx = {config.resolution}, c0 = {config.c0:g} "
                  "U_max")
     fig.tight_layout()
@@ -271,6 +269,7 @@ def _run(config: CylinderConfig, out, writer, quiet: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     case = setup(config.resolution, length=config.length, support=config.support,
                  c0=config.c0, spareLayers=config.spareLayers,
+                 characteristic=config.characteristic,
                  dtype=getattr(torch, config.dtype), device=torch.device(config.device))
     scheme, particles = cylinderScheme(case), cylinderParticles(case)
     dt = scheme.timeStep(particles, 1.5 * UMAX)
