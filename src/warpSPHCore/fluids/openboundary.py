@@ -138,7 +138,7 @@ class Outlet:
     position: float
     pressure: float = 0.0
     layers: int = 4
-    characteristic: bool = False
+    characteristic: bool = True
 
     def __post_init__(self):
         _positiveInt("Outlet", "layers", self.layers)
