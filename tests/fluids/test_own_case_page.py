@@ -1,7 +1,8 @@
 """The recipes of docs/own-case.md run as written, in order, and compute what the page
 says: the periodic shear wave decays at the viscous rate, the tank stays at rest with the
-hydrostatic pressure and its floor carries the water's weight, the column collapses inside its walls, and the learned drag of a
-trajectory loss gets a gradient."""
+hydrostatic pressure and its floor carries the water's weight, the column collapses inside its walls, the learned drag of a
+trajectory loss gets a gradient, and the open channel stays full and pushes its obstacle
+downstream."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-case.md"
 def page():
     namespace: dict = {}
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for k, block in enumerate(blocks):
         exec(compile(block, f"docs/own-case.md block {k}", "exec"), namespace)
     return namespace
@@ -44,3 +45,8 @@ def test_learning_through_a_rollout(page):
     grad = page["drag"].k.grad
     assert grad is not None and float(grad) < 0.0  # more drag, less kinetic energy
     assert page["out"].trajectory.steps == (0, 3, 6, 9, 12)
+
+
+def test_open_channel(page):
+    assert float(page["openDrag"][0]) > 0.0  # the stream pushes the square downstream
+    assert page["openFull"] == pytest.approx(1.0, abs=0.03)
