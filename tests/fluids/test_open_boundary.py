@@ -38,6 +38,15 @@ def _channel(speed=1.0, spareLayers=4, length=1.0):
     return x, kinds, ob, (lo, hi)
 
 
+def _set(x, kinds, ob, lo, hi, dx, support=2.0):
+    """The `ParticleSet` of an `openChannel` (masses rho0 dx^d with rho0 = 1)."""
+    n, d, dtype = x.shape[0], x.shape[1], x.dtype
+    box = DomainDescription(torch.tensor(lo, dtype=dtype), torch.tensor(hi, dtype=dtype),
+                            [False] * d)
+    return ParticleSet(torch.full((n,), support * dx, dtype=dtype),
+                       torch.full((n,), dx ** d, dtype=dtype), kinds, box, dx, openBoundary=ob)
+
+
 def test_zones_and_kinds_follow_the_positions():
     x, kinds, ob, _ = _channel()
     lanes = 4
@@ -111,12 +120,7 @@ def test_bad_open_boundaries_raise():
     with pytest.raises(TypeError, match="velocity is a str"):
         Inlet(0.0, "fast")
     x, kinds, ob, (lo, hi) = _channel()
-    n = x.shape[0]
-    box = DomainDescription(torch.tensor(lo, dtype=F64), torch.tensor(hi, dtype=F64),
-                            [False, False])
-    particles = ParticleSet(torch.full((n,), 2 * DX, dtype=F64),
-                            torch.full((n,), DX * DX, dtype=F64), kinds, box, DX,
-                            openBoundary=ob)
+    particles = _set(x, kinds, ob, lo, hi, DX)
     from warpSPHCore.enumTypes import OperationDirection
     scheme = Scheme(rho0=1.0, c0=10.0, walls=Walls(),
                     interaction=OperationDirection.Unmasked)
@@ -131,11 +135,7 @@ def _particles(speed=1.0, length=1.0, advance=0.0):
     z = ob.zones(x, kinds)
     x[z.reservoir | z.inlet | z.fluid, 0] += advance  # lanes about to take pool particles
     n = x.shape[0]
-    box = DomainDescription(torch.tensor(lo, dtype=F64), torch.tensor(hi, dtype=F64),
-                            [False, False])
-    particles = ParticleSet(torch.full((n,), 2 * DX, dtype=F64),
-                            torch.full((n,), DX * DX, dtype=F64), kinds, box, DX,
-                            openBoundary=ob)
+    particles = _set(x, kinds, ob, lo, hi, DX)
     v = torch.zeros_like(x)
     v[:, 0] = torch.where(kinds == 0, 1.0, 0.0)
     return particles, FluidState(x, v, torch.ones(n, dtype=F64))
@@ -227,11 +227,7 @@ def test_open_channel_variants_run_and_refill(variant):
     z = ob.zones(x, kinds)
     x[z.reservoir | z.inlet | z.fluid, 0] += 0.45 * dx
     n = x.shape[0]
-    box = DomainDescription(torch.tensor(lo, dtype=dtype), torch.tensor(hi, dtype=dtype),
-                            [False] * d)
-    particles = ParticleSet(torch.full((n,), 2 * dx, dtype=dtype),
-                            torch.full((n,), dx ** d, dtype=dtype), kinds, box, dx,
-                            openBoundary=ob)
+    particles = _set(x, kinds, ob, lo, hi, dx)
     v = torch.zeros_like(x)
     v[:, 0] = torch.where(kinds == 0, 1.0, 0.0)
     if variant.startswith("summation"):
@@ -260,12 +256,7 @@ def _reflection(characteristic: bool) -> float:
     dx, L, W, U, c0 = 0.05, 2.0, 0.5, 0.2, 10.0
     x, kinds, ob, (lo, hi) = openChannel([0.0, 0.0], [L, W], dx, Inlet(0.0, U, layers=4),
                                          Outlet(L, 0.0, 4, characteristic), wallLayers=3)
-    n = x.shape[0]
-    particles = ParticleSet(torch.full((n,), 3 * dx, dtype=F64),
-                            torch.full((n,), dx * dx, dtype=F64), kinds,
-                            DomainDescription(torch.tensor(lo, dtype=F64),
-                                              torch.tensor(hi, dtype=F64), [False, False]),
-                            dx, openBoundary=ob)
+    particles = _set(x, kinds, ob, lo, hi, dx, 3.0)
     scheme = Scheme(rho0=1.0, c0=c0, equationOfState=Linear(), viscosity=1e-4,
                     densityDiffusion=DensityDiffusion("molteni", 0.1), walls=Walls(noSlip=False))
     v = torch.zeros_like(x)
@@ -303,11 +294,7 @@ def _fromRest(characteristic: bool):
                                          Inlet(0.0, parabolicProfile(1.0, [0.0], [1.0])),
                                          Outlet(1.5, characteristic=characteristic))
     n = x.shape[0]
-    particles = ParticleSet(torch.full((n,), 3 * dx, dtype=F64),
-                            torch.full((n,), dx * dx, dtype=F64), kinds,
-                            DomainDescription(torch.tensor(lo, dtype=F64),
-                                              torch.tensor(hi, dtype=F64), [False, False]),
-                            dx, openBoundary=ob)
+    particles = _set(x, kinds, ob, lo, hi, dx, 3.0)
     scheme = Scheme(rho0=1.0, c0=15.0, equationOfState=Linear(), viscosity=0.02,
                     densityDiffusion=DensityDiffusion("molteni", 0.1), walls=Walls())
     sim = scheme.simulation(particles, FluidState(x, torch.zeros_like(x),
