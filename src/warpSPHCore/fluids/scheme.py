@@ -987,9 +987,15 @@ class Scheme:
                   operationMode=self.interaction)
         m = particles.masses
 
+        ob = particles.openBoundary
+
         def force(state, adjacency):
             mi = inputs(state, adjacency)
-            edges = bodyAdjacency(adjacency, mi.fluid, mask)
+            # with an open boundary the fluid rows change with the positions: the edges are
+            # chosen once per list from the rows that may be fluid while it is used
+            rows = mi.fluid if ob is None else \
+                ob.candidates(adjacency, particles.kinds, state.positions)[1]
+            edges = bodyAdjacency(adjacency, rows, mask)
             rows = momentumRows(mi.particles, mi.pressures, mi.velocities, domain, edges,
                                 dynamicViscosity=mi.dynamicViscosity,
                                 transportVelocities=mi.transportVelocities,
