@@ -286,7 +286,11 @@ class OpenBoundary:
     def kinds(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
         """``[N]`` int32 kinds at positions `x`: walls and buffers Boundary, the reservoir and
         the pool Ghost, the rest Fluid (module table). No host sync."""
-        z = self.zones(x, kinds)
+        return self.kindsOf(self.zones(x, kinds), kinds)
+
+    @staticmethod
+    def kindsOf(z: _Zones, kinds: torch.Tensor) -> torch.Tensor:
+        """`kinds` of the zones `z` (`zones` of the same positions)."""
         out = torch.where(z.inlet | z.outlet, _BOUNDARY, kinds)
         out = torch.where(z.reservoir | z.removed, _GHOST, out)
         return torch.where(z.fluid, _FLUID, out).to(torch.int32)
@@ -332,20 +336,22 @@ class OpenBoundary:
         values = torch.where(feed, xa, torch.full_like(xa, self.inlet.position))
         return start.scatter_reduce(0, lane, values, "amin", include_self=True)
 
-    def starved(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
-        """0-dim bool: some lane's reservoir is empty (its rearmost particle is past the
-        reservoir's downstream end), so its inflow will have a hole. No host sync."""
+    def _starvedMask(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """bool ``[M]``: the lanes whose rearmost particle is past the reservoir's downstream
+        end (an empty reservoir)."""
         z = self.zones(x, kinds)
         back = self._backs(x[:, self.axis].detach(), self.laneOf(x), z.reservoir | z.inlet, x)
         end = self.inlet.position - self.inlet.layers * self.spacing
-        return (back > end + 1e-9 * self.spacing).any()
+        return back > end + 1e-9 * self.spacing
+
+    def starved(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """0-dim bool: some lane's reservoir is empty, so its inflow will have a hole. No
+        host sync."""
+        return self._starvedMask(x, kinds).any()
 
     def starvedLanes(self, x: torch.Tensor, kinds: torch.Tensor) -> list[int]:
         """The starved lanes (for messages; reads back)."""
-        z = self.zones(x, kinds)
-        back = self._backs(x[:, self.axis].detach(), self.laneOf(x), z.reservoir | z.inlet, x)
-        end = self.inlet.position - self.inlet.layers * self.spacing
-        return torch.nonzero(back > end + 1e-9 * self.spacing).flatten().tolist()
+        return torch.nonzero(self._starvedMask(x, kinds)).flatten().tolist()
 
     # -- the step -----------------------------------------------------------------------------
     def place(self, state, kinds: torch.Tensor):

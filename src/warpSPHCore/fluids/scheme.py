@@ -696,7 +696,7 @@ class Scheme:
             if ob is None:
                 return static
             z = ob.zones(x, kinds)
-            now = ob.kinds(x, kinds)
+            now = ob.kindsOf(z, kinds)
             return _Kinds(now, now == int(ParticleType.Boundary),
                           now == int(ParticleType.Fluid), z)
 
