@@ -8,7 +8,9 @@
   `rebalance`: a new bisection of the current particles, then `migrate`;
 * `globalSum`: a differentiable sum over the ranks (a loss); `replicated`: a parameter
   every rank holds, whose gradient is summed over the ranks;
-* `spawn`: N local gloo processes without a launcher.
+* `spawn`: N local gloo processes without a launcher;
+* `DistributedSimulation`: a `fluids.Scheme` simulation across the ranks (owned particles,
+  a halo deep enough for the scheme's chained sums, Verlet reuse, migration, restarts).
 
 The operators run unchanged on each rank: queries = the owned particles, references =
 ``halo.particles(owned)``, reference fields = ``halo.extend(field)``.
@@ -18,7 +20,9 @@ from ._comm import Route, globalMax, globalSum, replicated
 from .decomposition import Decomposition, decompose
 from .halo import Halo
 from .migration import migrate, ownedSelection, rebalance
+from .simulation import DistributedSimulation, stencilDepth
 from .spawn import spawn
 
 __all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection", "rebalance",
-           "globalSum", "globalMax", "replicated", "spawn"]
+           "globalSum", "globalMax", "replicated", "spawn", "DistributedSimulation",
+           "stencilDepth"]

@@ -29,6 +29,8 @@ particles, references = `particles` (owned rows first, then the halo).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..dataTypes.particleState import ParticleState
@@ -49,7 +51,7 @@ class Halo:
         ids: int64 ``[H]`` global ids of the halo particles (when `build` was given ids).
         sources: int64 ``[H]`` the rank each halo particle came from.
         hMax: the largest support over the ranks at build time.
-        reach: ``depth * hMax``.
+        reach: ``(depth + skin) * hMax``.
     """
 
     def __init__(self, route, shifts, kinds, ids, sources, hMax, reach, depth):
@@ -72,7 +74,7 @@ class Halo:
 
     @classmethod
     def build(cls, decomposition, particles: ParticleState, *, depth: int = 1,
-              ids: torch.Tensor | None = None) -> Halo:
+              ids: torch.Tensor | None = None, skin: float = 0.0) -> Halo:
         """Build the halo of this rank's owned `particles` (collective; module docstring).
 
         Args:
@@ -81,6 +83,9 @@ class Halo:
             depth: halo depth in units of hMax (1, or 2 for references whose own neighbour
                 sums are evaluated on this rank).
             ids: optional int64 ``[N]`` global ids, carried to the halo (`ids`).
+            skin: extra reach as a fraction of hMax (>= 0): the halo then holds every
+                particle within ``(depth + skin) hMax`` of the block, so it stays complete
+                while no particle moves more than ``skin hMax / 2`` (a Verlet buffer).
 
         Raises:
             RuntimeError: no initialised process group.
@@ -99,8 +104,11 @@ class Halo:
             raise ValueError(f"{where}: the decomposition has {decomposition.size} ranks and "
                              f"d = {decomposition.dim}; this group has {size} ranks and the "
                              f"particles d = {d}")
-        if depth not in (1, 2, 3):
-            raise ValueError(f"{where}: depth={depth!r}; accepted: 1, 2 or 3")
+        if isinstance(depth, bool) or depth not in (1, 2, 3, 4, 5):
+            raise ValueError(f"{where}: depth={depth!r}; accepted: 1, 2, 3, 4 or 5")
+        if not (isinstance(skin, (int, float)) and math.isfinite(skin) and skin >= 0):
+            raise ValueError(f"{where}: skin={skin!r}; accepted: a finite number >= 0")
+        width = depth + float(skin)
         if ids is not None and (ids.shape != (n,) or ids.dtype != torch.int64):
             raise ValueError(f"{where}: ids must be int64 [{n}] (got {ids.dtype} "
                              f"{tuple(ids.shape)})")
@@ -111,7 +119,7 @@ class Halo:
         # one all-reduce: the largest support and the ranks' dtype / device / d agreement
         reduced = torch.cat([hMax, consistencyCode(dtype, device, d, comm)])
         dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
-        reach = (depth * reduced[0]).to(device, dtype)
+        reach = (width * reduced[0]).to(device, dtype)
 
         # distance of every owned particle to every block, over the periodic images
         lower = torch.tensor(decomposition.lower, dtype=dtype, device=device)
@@ -140,7 +148,7 @@ class Halo:
         sendCounts, recvCounts, extra = exchangeCounts(counts, group, reduced)
         hMaxHost = extra[0]
         checkCodes(where, extra[1:], dtype, device, d)
-        cls._checkWidth(where, decomposition, depth, hMaxHost)
+        cls._checkWidth(where, decomposition, width, hMaxHost)
 
         total = sum(sendCounts)
         flat = send.t().reshape(-1)  # destination-major
@@ -157,11 +165,11 @@ class Halo:
             torch.arange(size, device=device),
             torch.tensor(recvCounts, dtype=torch.int64, device=device),
             output_size=sum(recvCounts))
-        return cls(route, shifts, kinds, haloIds, sources, hMaxHost, depth * hMaxHost, depth)
+        return cls(route, shifts, kinds, haloIds, sources, hMaxHost, width * hMaxHost, depth)
 
     @staticmethod
-    def _checkWidth(where, decomposition, depth, hMax):
-        reach = depth * hMax
+    def _checkWidth(where, decomposition, width, hMax):
+        reach = width * hMax
         for r in range(decomposition.size):
             lo, hi = decomposition.blocks[r]
             ext = decomposition.extents(r)
@@ -169,9 +177,9 @@ class Halo:
                 cut = lo[k] > 0 or hi[k] < decomposition.cells[k]
                 if cut and reach > ext[k] * (1 + 1e-12):
                     raise ValueError(
-                        f"{where}: the halo width {depth} x hMax = {reach:.6g} exceeds rank "
+                        f"{where}: the halo width {width:g} x hMax = {reach:.6g} exceeds rank "
                         f"{r}'s subdomain extent {ext[k]:.6g} along axis {k}: the halo would "
-                        "need more than the adjacent ranks; accepted: depth x hMax <= every "
+                        "need more than the adjacent ranks; accepted: (depth + skin) x hMax <= every "
                         "subdomain extent (fewer ranks, smaller supports, or decompose with a "
                         "larger cellSize)")
 

@@ -40,7 +40,8 @@ from ..dataTypes.adjacency import AdjacencyList
 from ..enumTypes import SupportScheme
 from ..neighborhood.verlet import buildVerletList, deferVerletChecks
 
-__all__ = ["VerletNeighbours", "wrapPeriodic", "neighbourList"]
+__all__ = ["VerletNeighbours", "wrapPeriodic", "neighbourList", "adjacencyStateDict",
+           "adjacencyFromStateDict"]
 
 
 def wrapPeriodic(positions: torch.Tensor, domain) -> torch.Tensor:
@@ -175,40 +176,49 @@ class VerletNeighbours:
 
     def stateDict(self) -> dict | None:
         """The current list as plain tensors and numbers (None before the first call)."""
-        a = self.adjacency
-        if a is None:
-            return None
-        return {"i": a.i, "j": a.j, "numNeighbors": a.numNeighbors, "edgeOffsets": a.edgeOffsets,
-                "numRows": a.numRows, "numCols": a.numCols,
-                "queryPositions": a.queryPositions, "querySupports": a.querySupports,
-                "referencePositions": None if a.referencePositions is a.queryPositions
-                else a.referencePositions,
-                "referenceSupports": None if a.referenceSupports is a.querySupports
-                else a.referenceSupports,
-                "supportMode": int(a.supportMode), "verletScale": float(a.verletScale),
-                "sceneIndex": a.sceneIndex}
+        return adjacencyStateDict(self.adjacency)
 
     def loadStateDict(self, d: dict | None) -> None:
         """Restore a list saved by `stateDict` (the aliasing of the query and reference sets
         included), on the device of the supports."""
-        if d is None:
-            self.adjacency = None
-            return
-        dev = self.supports.device
+        self.adjacency = adjacencyFromStateDict(d, self.supports.device)
 
-        def on(t):
-            return None if t is None else t.to(dev)
 
-        qPos, qSup = on(d["queryPositions"]), on(d["querySupports"])
-        rPos = qPos if d["referencePositions"] is None else on(d["referencePositions"])
-        rSup = qSup if d["referenceSupports"] is None else on(d["referenceSupports"])
-        self.adjacency = AdjacencyList(
-            i=on(d["i"]), j=on(d["j"]), numNeighbors=on(d["numNeighbors"]),
-            edgeOffsets=on(d["edgeOffsets"]), numRows=int(d["numRows"]),
-            numCols=int(d["numCols"]), queryPositions=qPos, referencePositions=rPos,
-            querySupports=qSup, referenceSupports=rSup,
-            supportMode=SupportScheme(int(d["supportMode"])),
-            verletScale=float(d["verletScale"]), sceneIndex=on(d.get("sceneIndex")))
+def adjacencyStateDict(a: AdjacencyList | None) -> dict | None:
+    """An `AdjacencyList` as plain tensors and numbers (None stays None), for a restart
+    file."""
+    if a is None:
+        return None
+    return {"i": a.i, "j": a.j, "numNeighbors": a.numNeighbors, "edgeOffsets": a.edgeOffsets,
+            "numRows": a.numRows, "numCols": a.numCols,
+            "queryPositions": a.queryPositions, "querySupports": a.querySupports,
+            "referencePositions": None if a.referencePositions is a.queryPositions
+            else a.referencePositions,
+            "referenceSupports": None if a.referenceSupports is a.querySupports
+            else a.referenceSupports,
+            "supportMode": int(a.supportMode), "verletScale": float(a.verletScale),
+            "sceneIndex": a.sceneIndex}
+
+
+def adjacencyFromStateDict(d: dict | None, device) -> AdjacencyList | None:
+    """The `AdjacencyList` of `adjacencyStateDict` on `device` (the aliasing of the query
+    and reference sets included)."""
+    if d is None:
+        return None
+
+    def on(t):
+        return None if t is None else t.to(device)
+
+    qPos, qSup = on(d["queryPositions"]), on(d["querySupports"])
+    rPos = qPos if d["referencePositions"] is None else on(d["referencePositions"])
+    rSup = qSup if d["referenceSupports"] is None else on(d["referenceSupports"])
+    return AdjacencyList(
+        i=on(d["i"]), j=on(d["j"]), numNeighbors=on(d["numNeighbors"]),
+        edgeOffsets=on(d["edgeOffsets"]), numRows=int(d["numRows"]),
+        numCols=int(d["numCols"]), queryPositions=qPos, referencePositions=rPos,
+        querySupports=qSup, referenceSupports=rSup,
+        supportMode=SupportScheme(int(d["supportMode"])),
+        verletScale=float(d["verletScale"]), sceneIndex=on(d.get("sceneIndex")))
 
 
 def neighbourList(neighbours, state):

@@ -664,11 +664,14 @@ class Scheme:
                              + "; accepted: FluidQueriesNonGhostReferences")
 
     # -- the rate function -----------------------------------------------------------------
-    def rates(self, particles: ParticleSet) -> Callable:
+    def rates(self, particles: ParticleSet, *, check: bool = True) -> Callable:
         """The rate function ``rates(state, neighbours) -> Rates`` (`TransportRates` with
         a transport velocity or shifting) of this scheme on `particles` (module docstring).
-        Checks the kinds once (`checkKinds`)."""
-        self.checkKinds(particles)
+        Checks the kinds once (`checkKinds`); ``check=False`` leaves that to the caller, who
+        checked a set these particles are part of (a rank's share of a distributed run may
+        hold no fluid, or no wall)."""
+        if check:
+            self.checkKinds(particles)
         self._checkOpen(particles)
         if self.density == "summation":
             return self._summationRates(particles)
