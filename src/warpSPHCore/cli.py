@@ -253,6 +253,12 @@ def _runParser(sub) -> None:
                 c.add_argument(f"--{f.name}", type=kind, default=f.default, help=text)
         c.add_argument("--out", default=None, help=f"output folder (default: warpsph-out/{name})")
         c.add_argument("--quiet", action="store_true", help="no progress bar")
+        c.add_argument("--nproc", type=int, default=1,
+                       help="run across N local gloo processes (default 1: this process); "
+                       "under torchrun the launcher's processes are used instead")
+        c.add_argument("--rebalance", type=int, default=0,
+                       help="across processes: a new bisection at every k-th neighbour "
+                       "rebuild (default 0: never)")
 
 
 def _run(args) -> int:
@@ -266,7 +272,29 @@ def _run(args) -> int:
     config = case.config(**{f.name: getattr(args, f.name)
                             for f in dataclasses.fields(case.config)})
     out = Path(args.out) if args.out else Path("warpsph-out") / args.case
-    results = case.run(config, out, writer=writeParticles, quiet=args.quiet)
+    if args.nproc < 1:
+        raise SystemExit(f"warpsph run: --nproc {args.nproc}; accepted: >= 1")
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_torchelastic_launched():
+        from .distributed.cases import runCase
+
+        dist.init_process_group("gloo")
+        try:
+            results = runCase(args.case, config, out, writer=writeParticles, quiet=args.quiet,
+                              rebalanceEvery=args.rebalance)
+            rank = dist.get_rank()
+        finally:
+            dist.destroy_process_group()  # before exit, or gloo aborts the process
+        if rank != 0:
+            return 0
+    elif args.nproc > 1:
+        from .distributed.cases import spawnCase
+
+        results = spawnCase(args.case, config, out, args.nproc, writer=writeParticles,
+                            quiet=args.quiet, rebalanceEvery=args.rebalance)
+    else:
+        results = case.run(config, out, writer=writeParticles, quiet=args.quiet)
     rows = [(k, v) for k, v in results.items() if isinstance(v, (int, float, str))]
     width = max(len(k) for k, _ in rows)
     print(f"\nwarpsph run {args.case}: {case.summary}")

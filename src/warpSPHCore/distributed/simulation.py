@@ -112,6 +112,34 @@ class _Policy:
         return f["adjacency"]
 
 
+class _Neighbours:
+    """What the cases read of a simulation's neighbour policy: ``builds``, ``calls`` and
+    ``adjacency``, a list of the whole gathered state (built on request, for
+    post-processing; collective)."""
+
+    def __init__(self, sim: DistributedSimulation):
+        self.sim = sim
+        self._list = None
+
+    @property
+    def builds(self) -> int:
+        return self.sim.builds
+
+    @property
+    def calls(self) -> int:
+        return self.sim.calls
+
+    @property
+    def adjacency(self):
+        sim = self.sim
+        if self._list is None or self._list[0] != sim.step:
+            x = sim.state.positions.detach()
+            H = sim.gather([sim.supports])[0]
+            self._list = (sim.step, buildVerletList(_Probe(x, H), sim.domain, 1.0 + sim.skin,
+                                                    sim.options.supportMode, None))
+        return self._list[1]
+
+
 class DistributedSimulation:
     """A `Scheme` on `particles` advanced on every rank of a process group (module
     docstring). Collective: every rank constructs it with the same arguments (the whole
@@ -145,7 +173,8 @@ class DistributedSimulation:
         step: the number of steps taken.
         decomposition, halo: the current `Decomposition` and `Halo`.
         builds: rebuilds of the halo and the list (the first included); ``calls``: rate
-            evaluations.
+            evaluations (also as ``neighbours.builds`` and ``neighbours.calls``, with
+            ``neighbours.adjacency`` a list of the gathered state, as `fluids.Simulation`).
         frames: frame files written (rank 0).
         seconds: wall seconds spent in ``migration`` (and rebalancing), ``haloBuild``
             (halo, constants and the extended list), ``exchange`` (the fields moved at each
@@ -237,6 +266,8 @@ class DistributedSimulation:
         self.seconds = {"migration": 0.0, "haloBuild": 0.0, "exchange": 0.0, "step": 0.0}
         self._policy = _Policy(self)
         self._moved = None
+        self.neighbours = _Neighbours(self)
+        self.monitor = None  # the step's readback checks non-finite fields (`_check`)
 
     # ------------------------------------------------------------------ the extended set
     def _rebuild(self, move: bool = True) -> None:

@@ -11,7 +11,7 @@ import torch
 from ..loop import LoopOptions, Simulation
 from ..scheme import ParticleSet, Scheme
 
-__all__ = ["option", "torchThreads", "caseSimulation", "THREADS_HELP"]
+__all__ = ["option", "torchThreads", "caseSimulation", "simulationFactory", "THREADS_HELP"]
 
 THREADS_HELP = ("torch CPU threads during the run, restored after it (0: leave torch's "
                 "setting)")
@@ -37,15 +37,36 @@ def torchThreads(threads: int):
         torch.set_num_threads(previous)
 
 
+_FACTORY: list = []
+
+
+@contextlib.contextmanager
+def simulationFactory(factory):
+    """Inside the block `caseSimulation` returns ``factory(scheme, particles, state, dt,
+    **keywords)`` (the keywords of `Scheme.simulation`) instead of a `Simulation`: how the
+    distributed layer runs the unchanged cases across ranks. The object must offer what the
+    cases read: ``run``, ``state`` (the whole system), ``step``, ``stepper``, ``frames``,
+    ``monitor`` and ``neighbours.builds`` / ``.calls`` / ``.adjacency``."""
+    _FACTORY.append(factory)
+    try:
+        yield
+    finally:
+        _FACTORY.pop()
+
+
 def caseSimulation(config, out, writer, quiet: bool, scheme: Scheme, particles: ParticleSet,
                    state, dt, *, maxSpeed: float = 0.0, wrap: bool = True, frameFields=None,
                    stepper=None) -> Simulation:
     """The `Simulation` of a case: `scheme` on `particles` (`Scheme.simulation`: its rates,
     stepper and health monitor) with the time step `dt` (checked against the scheme's limit
     for the case's largest expected speed `maxSpeed`), the config's Verlet skin and frame
-    interval (frames in ``out/frames``), a progress bar unless `quiet`."""
+    interval (frames in ``out/frames``), a progress bar unless `quiet`; inside
+    `simulationFactory`, that factory's simulation."""
     options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
                           wrap=wrap)
-    return scheme.simulation(particles, state, dt, maxSpeed=maxSpeed, options=options,
-                             out=out / "frames" if config.frames else None, writer=writer,
-                             frameFields=frameFields, stepper=stepper)
+    keywords = dict(maxSpeed=maxSpeed, options=options, writer=writer,
+                    out=out / "frames" if config.frames else None, frameFields=frameFields,
+                    stepper=stepper)
+    if _FACTORY:
+        return _FACTORY[-1](scheme, particles, state, dt, **keywords)
+    return scheme.simulation(particles, state, dt, **keywords)
