@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_scenes.py
 	$(PY) benchmarks/bench_func.py
 	$(PY) benchmarks/bench_distributed.py
+	$(PY) benchmarks/bench_distributed_simulation.py
 
 # Whole-repository host-sync census of one simulated step (autodiff.md §15.2).
 census: $(STAMP)

@@ -106,8 +106,11 @@ def exchangeCounts(sendCounts: torch.Tensor, group, extra: torch.Tensor | None =
     device = sendCounts.device
     comm = commDevice(group, device)
     send = sendCounts.to(comm, torch.int64)
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send, group=group)
+    if send.shape[0] == 1:  # a group of one: what it sends it receives
+        recv = send
+    else:
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=group)
     parts = [send.double(), recv.double()]
     if extra is not None:
         parts.append(extra.to(comm, torch.float64).reshape(-1))
@@ -147,6 +150,8 @@ class Route:
     def _alltoall(self, rows: torch.Tensor, sendCounts, recvCounts) -> torch.Tensor:
         import torch.distributed as dist
 
+        if len(sendCounts) == 1:  # a group of one: the rows stay (no collective)
+            return rows.clone()
         device = rows.device
         comm = commDevice(self.group, device)
         flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:])).contiguous().to(comm)

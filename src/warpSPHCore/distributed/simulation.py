@@ -17,7 +17,8 @@ Reuse between rebuilds. The halo is built ``(depth + skin) hMax`` wide and the e
 set's Verlet list with the supports scaled by ``1 + skin``; both stay valid while no
 particle has moved more than ``skin hMin / 2`` since they were built. The test is made once
 per step, before the step, on all ranks at once (one all-reduce, one readback): the largest
-displacement plus twice the distance the fastest particle covers in a step. When it fails,
+displacement plus 1.5 times the distance the fastest particle covers in a step (`STEP_REACH`;
+the particles would have to speed up by half within one step to go past it). When it fails,
 the particles go to their owners (`migrate`, every `rebalanceEvery`-th time after a new
 bisection, `rebalance`), and the halo, the extended set's constants, its list and the
 scheme's rate function are built again. Between rebuilds a rate evaluation moves the owned
@@ -58,7 +59,7 @@ __all__ = ["DistributedSimulation", "stencilDepth"]
 
 # the step bound of the rebuild test: the largest displacement plus this many times the
 # distance the fastest particle covers in one step
-STEP_REACH = 2.0
+STEP_REACH = 1.5
 
 
 def stencilDepth(scheme: Scheme) -> int:
@@ -277,7 +278,7 @@ class DistributedSimulation:
         n = owned.positions.shape[0]
         names = list(_rowFields(owned, n))
         carriedNames = [] if carried is None else list(_rowFields(carried, n))
-        if move:
+        if move and self.size > 1:  # (one rank owns everything)
             tensors = [getattr(owned, k) for k in names[1:]]
             tensors += [getattr(carried, k) for k in carriedNames]
             tensors += [self.supports, self.masses, self.kinds]
@@ -350,11 +351,13 @@ class DistributedSimulation:
         halo = self.halo if halo is None else halo
         rateFn = self.rateFn if rateFn is None else rateFn
         n = state.positions.shape[0]
-        fields = _rowFields(state, n)
-        moved = halo.extend(*fields.values())
-        if len(fields) == 1:
-            moved = (moved,)
-        extended = dataclasses.replace(state, **dict(zip(fields, moved)))
+        extended = state
+        if self.size > 1:  # (one rank has no halo)
+            fields = _rowFields(state, n)
+            moved = halo.extend(*fields.values())
+            if len(fields) == 1:
+                moved = (moved,)
+            extended = dataclasses.replace(state, **dict(zip(fields, moved)))
         self.seconds["exchange"] += time.perf_counter() - start
         r = rateFn(extended, adjacency)
         nx = extended.positions.shape[0]
@@ -380,7 +383,8 @@ class DistributedSimulation:
         import torch.distributed as dist
 
         total = values.to(comm)
-        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.group)
+        if self.size > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.group)
         reachMax, moved, nonFinite = total.tolist()  # the step's one readback
         if nonFinite:
             rows = torch.nonzero(bad).flatten()
