@@ -83,7 +83,9 @@ def _errors(rank, size):
 
 def test_bad_setups_raise_on_every_rank():
     results = spawn(_errors, 2)
-    for r in results:
+    for rank, r in enumerate(results):
+        for key in ("dtype", "width", "migrate"):  # every error names the rank it came from
+            assert f"(rank {rank})" in r[key], r[key]
         assert r["dtype"] and "disagree on dtype" in r["dtype"]
         assert r["width"] and "exceeds rank" in r["width"] and "adjacent ranks" in r["width"]
         assert r["migrate"] and "disagree" in r["migrate"]
@@ -301,3 +303,63 @@ def test_a_skipped_collective_raises_in_debug_mode(monkeypatch):
                        match="Detected mismatch between collectives on ranks"):
         spawn(_skipsGlobalSum, 2, timeout=60)
     assert time.monotonic() - t0 < 60
+
+
+def _skipsThenMax(rank, size):
+    from warpSPHCore.distributed import CollectiveMismatch, globalMax, setCollectiveChecks
+
+    setCollectiveChecks(True, timeout=20)
+    one = torch.ones(1, dtype=torch.float64)
+    try:
+        if rank == 0:
+            globalSum(one)
+        globalMax(one)  # rank 1 skipped the sum: its max meets rank 0's sum
+    except CollectiveMismatch as e:
+        return str(e)
+    return None
+
+
+def _skipsThenLeaves(rank, size):
+    from warpSPHCore.distributed import CollectiveMismatch, setCollectiveChecks
+
+    setCollectiveChecks(True, timeout=15)
+    if rank == 1:
+        return None  # rank 1 skips the sum and leaves
+    try:
+        globalSum(torch.ones(1, dtype=torch.float64))
+    except CollectiveMismatch as e:
+        # the group is broken now: leave without the closing barrier, rank 1 is ended
+        import os
+
+        with open(os.environ["WARPSPH_TEST_OUT"], "w") as f:
+            f.write(str(e))
+        os._exit(0)
+    return None
+
+
+def test_collective_checks_name_the_mismatched_calls():
+    """With the library's collective checks on, a rank that skips `globalSum` and calls
+    `globalMax` next raises on both ranks at once, each naming both ranks' calls."""
+    messages = spawn(_skipsThenMax, 2, timeout=60)
+    for rank, message in enumerate(messages):
+        assert message is not None
+        assert message.startswith(f"rank {rank}: the ranks' library collectives differ")
+        assert "rank 0: #1 globalSum (1,)" in message and "rank 1: #1 globalMax (1,)" in message
+
+
+def test_collective_checks_time_out_naming_the_call(tmp_path, monkeypatch):
+    """A rank that skips `globalSum` and leaves: the waiting rank raises after the checks'
+    timeout (not the group's 30 minutes), naming its call and its rank."""
+    import time
+
+    out = tmp_path / "message.txt"
+    monkeypatch.setenv("WARPSPH_TEST_OUT", str(out))
+    t0 = time.monotonic()
+    try:
+        spawn(_skipsThenLeaves, 2, timeout=120)
+    except Exception:  # noqa: BLE001 - rank 1 is ended by the broken group: either way
+        pass
+    assert time.monotonic() - t0 < 60
+    message = out.read_text()
+    assert message.startswith("rank 0: globalSum (this rank's library collective #1) did not "
+                              "meet every rank within 15 s")

@@ -9,6 +9,8 @@
 * `globalSum`: a differentiable sum over the ranks (a loss); `replicated`: a parameter
   every rank holds, whose gradient is summed over the ranks;
 * `spawn`: N local gloo processes without a launcher;
+* `setCollectiveChecks`: a debugging mode in which every collective first checks that the
+  ranks make the same call, and a rank left waiting raises after a timeout naming the call;
 * `DistributedSimulation`: a `fluids.Scheme` simulation across the ranks (owned particles,
   a halo deep enough for the scheme's chained sums, Verlet reuse, migration, restarts).
 
@@ -16,7 +18,7 @@ The operators run unchanged on each rank: queries = the owned particles, referen
 ``halo.particles(owned)``, reference fields = ``halo.extend(field)``.
 """
 
-from ._comm import Route, globalMax, globalSum, replicated
+from ._comm import CollectiveMismatch, Route, globalMax, globalSum, replicated, setCollectiveChecks
 from .decomposition import Decomposition, decompose
 from .halo import Halo
 from .migration import migrate, ownedSelection, rebalance
@@ -25,4 +27,4 @@ from .spawn import spawn
 
 __all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection", "rebalance",
            "globalSum", "globalMax", "replicated", "spawn", "DistributedSimulation",
-           "stencilDepth"]
+           "stencilDepth", "setCollectiveChecks", "CollectiveMismatch"]

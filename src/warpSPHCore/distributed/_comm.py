@@ -20,14 +20,121 @@ does; torch runs the backward nodes of identical graphs in the same order on eve
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import torch
 
 __all__ = ["Route", "processGroup", "checkConsistent", "consistencyCode", "checkCodes",
-           "exchangeCounts", "globalSum", "globalMax", "replicated"]
+           "exchangeCounts", "globalSum", "globalMax", "replicated", "collective",
+           "setCollectiveChecks", "CollectiveMismatch"]
 
 _DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
+
+# the collective checks (`setCollectiveChecks`): off unless WARPSPH_DISTRIBUTED_CHECKS=1
+_CHECKS = {"on": os.environ.get("WARPSPH_DISTRIBUTED_CHECKS", "0").lower() in ("1", "true",
+                                                                                "yes"),
+           "timeout": float(os.environ.get("WARPSPH_DISTRIBUTED_TIMEOUT", "60"))}
+_SEQUENCE: dict = {}
+_NAME_WORDS = 6  # a call's name travels as 6 int64 words (48 ASCII characters)
+_AGREE = 4  # and up to 4 integers that every rank must give alike
+
+
+class CollectiveMismatch(RuntimeError):
+    """The ranks of a group made different library collective calls (collective checks)."""
+
+
+def setCollectiveChecks(enabled: bool = True, timeout: float = 60.0) -> tuple:
+    """Turn the collective checks on or off in this process (every rank must do the same);
+    returns the previous ``(enabled, timeout)``.
+
+    With the checks on, every collective of `warpSPHCore.distributed` first meets the other
+    ranks: a barrier that waits at most `timeout` seconds (gloo's monitored barrier, which
+    names the ranks that did not arrive), then an all-gather of the call's name, its sequence
+    number in this process and the sizes every rank must give alike (the columns of an
+    exchange, the shape of a sum). A rank that skipped a call, or called another, raises
+    `CollectiveMismatch` on every rank that reaches the check, naming each rank's call;
+    a rank left waiting raises after `timeout` seconds, naming its call. It costs two small
+    collectives per call: a debugging mode. The environment variables
+    ``WARPSPH_DISTRIBUTED_CHECKS=1`` and ``WARPSPH_DISTRIBUTED_TIMEOUT=seconds`` set it at
+    import (spawned processes inherit them).
+    """
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"setCollectiveChecks: timeout={timeout!r}; accepted: seconds > 0")
+    previous = (_CHECKS["on"], _CHECKS["timeout"])
+    _CHECKS["on"], _CHECKS["timeout"] = bool(enabled), float(timeout)
+    return previous
+
+
+def _encode(name: str) -> list:
+    raw = name.encode("ascii", "replace")[:8 * _NAME_WORDS].ljust(8 * _NAME_WORDS, b"\0")
+    return [int.from_bytes(raw[8 * k:8 * k + 8], "little", signed=True)
+            for k in range(_NAME_WORDS)]
+
+
+def _decode(words) -> str:
+    raw = b"".join(int(w).to_bytes(8, "little", signed=True) for w in words)
+    return raw.rstrip(b"\0").decode("ascii", "replace")
+
+
+def _meet(name: str, group, agree, device) -> None:
+    """The collective checks of one call (`setCollectiveChecks`)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    key = id(group)
+    seq = _SEQUENCE.get(key, 0) + 1
+    _SEQUENCE[key] = seq
+    if size == 1:
+        return
+    agree = [int(a) for a in agree][:_AGREE]
+    row = torch.tensor([seq, len(agree)] + agree + [0] * (_AGREE - len(agree))
+                       + _encode(name), dtype=torch.int64)
+    seconds = _CHECKS["timeout"]
+    timeout = datetime.timedelta(seconds=seconds)
+    comm = commDevice(group, device)
+    gathered = [torch.empty_like(row, device=comm) for _ in range(size)]
+    try:
+        if dist.get_backend(group) == "gloo":
+            dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=True)
+        work = dist.all_gather(gathered, row.to(comm), group=group, async_op=True)
+        work.wait(timeout)
+    except RuntimeError as e:
+        raise CollectiveMismatch(
+            f"rank {rank}: {name} (this rank's library collective #{seq}) did not meet every "
+            f"rank within {seconds:g} s: a rank skipped it, is in another collective, or is "
+            f"still working before it ({str(e).splitlines()[0] if str(e) else e!r})") from e
+    rows = [g.cpu().tolist() for g in gathered]
+    if any(r != rows[rank] for r in rows):
+        calls = "; ".join(
+            f"rank {k}: #{r[0]} {_decode(r[2 + _AGREE:])}"
+            + (f" {tuple(r[2:2 + r[1]])}" if r[1] else "") for k, r in enumerate(rows))
+        raise CollectiveMismatch(
+            f"rank {rank}: the ranks' library collectives differ ({calls}); accepted: every "
+            "rank makes the same warpSPHCore.distributed calls in the same order, with the "
+            "same columns and shapes")
+
+
+@contextlib.contextmanager
+def collective(name: str, group, agree=(), device=None):
+    """The frame of one collective of this package: with the collective checks on
+    (`setCollectiveChecks`) the ranks first check that they make the same call; a
+    RuntimeError inside (a timeout, a lost peer) is raised again naming the call and the
+    rank."""
+    if _CHECKS["on"]:
+        _meet(name, group, agree, torch.device("cpu") if device is None else device)
+    try:
+        yield
+    except CollectiveMismatch:
+        raise
+    except RuntimeError as e:
+        import torch.distributed as dist
+
+        rank = dist.get_rank(group) if dist.is_initialized() else "?"
+        raise RuntimeError(f"rank {rank}: {name} failed in a collective: {e}") from e
 
 
 def processGroup(where: str, group=None):
@@ -64,13 +171,14 @@ def checkConsistent(where: str, group, dtype: torch.dtype, device: torch.device,
                          0 if device.type == "cpu" else 1, dim], dtype=torch.int64)
     comm = commDevice(group, device)
     gathered = [torch.empty_like(code, device=comm) for _ in range(size)]
-    dist.all_gather(gathered, code.to(comm), group=group)
+    with collective(f"{where} (agreement)", group, (3,), comm):
+        dist.all_gather(gathered, code.to(comm), group=group)
     rows = torch.stack(gathered).cpu().tolist()
     if any(r != rows[0] for r in rows):
         names = [f"rank {k}: dtype {_DTYPES[r[0]] if r[0] >= 0 else '?'}, "
                  f"{'cpu' if r[1] == 0 else 'cuda'}, d = {r[2]}" for k, r in enumerate(rows)]
-        raise TypeError(f"{where}: the ranks disagree on dtype, device type or dimension "
-                        f"({'; '.join(names)}); accepted: one float dtype, one device type "
+        raise TypeError(f"{where} (rank {dist.get_rank(group)}): the ranks disagree on "
+                        f"dtype, device type or dimension ({'; '.join(names)}); accepted: one float dtype, one device type "
                         "and one d on every rank")
 
 
@@ -97,10 +205,11 @@ def checkCodes(where: str, values, dtype: torch.dtype, device: torch.device, dim
                         "one device type and one d on every rank")
 
 
-def exchangeCounts(sendCounts: torch.Tensor, group, extra: torch.Tensor | None = None):
+def exchangeCounts(sendCounts: torch.Tensor, group, extra: torch.Tensor | None = None,
+                   where: str = "exchangeCounts"):
     """All-to-all of the per-destination row counts ``[P]`` (int64); returns host lists
     ``(send, recv)`` and, when given, the host values of `extra` (float64 ``[k]``), all from
-    one readback."""
+    one readback. `where` names the call in errors."""
     import torch.distributed as dist
 
     device = sendCounts.device
@@ -110,7 +219,8 @@ def exchangeCounts(sendCounts: torch.Tensor, group, extra: torch.Tensor | None =
         recv = send
     else:
         recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=group)
+        with collective(f"{where} (counts)", group, (), comm):
+            dist.all_to_all_single(recv, send, group=group)
     parts = [send.double(), recv.double()]
     if extra is not None:
         parts.append(extra.to(comm, torch.float64).reshape(-1))
@@ -130,9 +240,12 @@ class Route:
         recvCounts: host ints ``[P]``, rows from each rank.
         sourceRows: the number of source rows (the shape of the reverse result).
         group: the process group (None: the default group).
+        name: what the route serves, in errors (a halo, a migration).
     """
 
-    def __init__(self, sendIndex, sendCounts, recvCounts, sourceRows: int, group=None):
+    def __init__(self, sendIndex, sendCounts, recvCounts, sourceRows: int, group=None,
+                 name: str = "Route"):
+        self.name = name
         self.sendIndex = sendIndex
         self.sendCounts = list(sendCounts)
         self.recvCounts = list(recvCounts)
@@ -156,8 +269,11 @@ class Route:
         comm = commDevice(self.group, device)
         flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:])).contiguous().to(comm)
         out = torch.empty((sum(recvCounts), flat.shape[1]), dtype=flat.dtype, device=comm)
-        dist.all_to_all_single(out, flat, output_split_sizes=list(recvCounts),
-                               input_split_sizes=list(sendCounts), group=self.group)
+        with collective(f"{self.name} exchange", self.group,
+                        (flat.shape[1], _DTYPES.index(flat.dtype) if flat.dtype in _DTYPES
+                         else -1), comm):
+            dist.all_to_all_single(out, flat, output_split_sizes=list(recvCounts),
+                                   input_split_sizes=list(sendCounts), group=self.group)
         return out.to(device).reshape((out.shape[0],) + tuple(rows.shape[1:]))
 
     def forwardRows(self, source: torch.Tensor) -> torch.Tensor:
@@ -239,12 +355,13 @@ class _Scatter(torch.autograd.Function):
         return ctx.route.reverseRows(tangent)
 
 
-def _allReduce(t: torch.Tensor, group, op) -> torch.Tensor:
+def _allReduce(t: torch.Tensor, group, op, name: str) -> torch.Tensor:
     import torch.distributed as dist
 
     comm = commDevice(group, t.device)
     buf = t.detach().clone().to(comm)
-    dist.all_reduce(buf, op=op, group=group)
+    with collective(name, group, tuple(buf.shape)[:_AGREE], comm):
+        dist.all_reduce(buf, op=op, group=group)
     return buf.to(t.device)
 
 
@@ -254,7 +371,7 @@ class _GlobalSum(torch.autograd.Function):
         import torch.distributed as dist
 
         ctx.group = group
-        return _allReduce(x, group, dist.ReduceOp.SUM)
+        return _allReduce(x, group, dist.ReduceOp.SUM, "globalSum")
 
     @staticmethod
     def backward(ctx, grad):
@@ -266,7 +383,7 @@ class _GlobalSum(torch.autograd.Function):
     def jvp(ctx, tangent, _group):
         import torch.distributed as dist
 
-        return _allReduce(tangent, ctx.group, dist.ReduceOp.SUM)
+        return _allReduce(tangent, ctx.group, dist.ReduceOp.SUM, "globalSum (tangent)")
 
 
 def globalSum(x: torch.Tensor, group=None) -> torch.Tensor:
@@ -291,7 +408,7 @@ class _Replicated(torch.autograd.Function):
     def backward(ctx, grad):
         import torch.distributed as dist
 
-        return _allReduce(grad, ctx.group, dist.ReduceOp.SUM), None
+        return _allReduce(grad, ctx.group, dist.ReduceOp.SUM, "replicated (gradient)"), None
 
     @staticmethod
     def jvp(ctx, tangent, _group):
@@ -313,4 +430,4 @@ def globalMax(x: torch.Tensor, group=None) -> torch.Tensor:
     import torch.distributed as dist
 
     processGroup("globalMax", group)
-    return _allReduce(x, group, dist.ReduceOp.MAX)
+    return _allReduce(x, group, dist.ReduceOp.MAX, "globalMax")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._comm import checkConsistent, commDevice, processGroup
+from ._comm import checkConsistent, collective, commDevice, processGroup
 
 __all__ = ["Decomposition", "decompose"]
 
@@ -202,25 +202,27 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
     import torch.distributed as dist
 
     group, rank, size = processGroup(where, group)
+    named = f"{where} (rank {rank})"  # errors name the rank; calls do not
     d = int(positions.shape[1])
     checkConsistent(where, group, positions.dtype, positions.device, d)
     lower, upper, periodic = _hostDomain(domain, where)
     if len(lower) != d:
-        raise ValueError(f"{where}: positions are {d}D and the domain {len(lower)}D")
+        raise ValueError(f"{named}: positions are {d}D and the domain {len(lower)}D")
     comm = commDevice(group, positions.device)
     if cellSize is None:
         if supports is None:
-            raise ValueError(f"{where}: give supports (their maximum sets the cell size) or "
+            raise ValueError(f"{named}: give supports (their maximum sets the cell size) or "
                              "cellSize")
         local = supports.detach().amax() if supports.numel() else supports.new_zeros(())
         hmax = local.to(comm, torch.float64).reshape(1)
         if not replicated:
-            dist.all_reduce(hmax, op=dist.ReduceOp.MAX, group=group)
+            with collective(f"{where} (cell size)", group, (1,), comm):
+                dist.all_reduce(hmax, op=dist.ReduceOp.MAX, group=group)
         cellSize = float(hmax.item())
     if not cellSize > 0:
-        raise ValueError(f"{where}: cell size {cellSize}; accepted: > 0 (positive supports)")
+        raise ValueError(f"{named}: cell size {cellSize}; accepted: > 0 (positive supports)")
     if subdivide < 1:
-        raise ValueError(f"{where}: subdivide={subdivide}; accepted: >= 1")
+        raise ValueError(f"{named}: subdivide={subdivide}; accepted: >= 1")
     cells = tuple(max(1, int(math.floor((u - a) / cellSize + 1e-9))) * subdivide
                   for a, u in zip(lower, upper))
     width = minWidth if minWidth is not None else cellSize
@@ -243,7 +245,7 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
             if not ok:
                 ext = [round(span[k] * (upper[k] - lower[k]) / cells[k], 12) for k in range(d)]
                 raise ValueError(
-                    f"{where}: a block of {r1 - r0} ranks with extents {ext} cannot be cut into "
+                    f"{named}: a block of {r1 - r0} ranks with extents {ext} cannot be cut into "
                     f"two parts at least {width:g} wide (minWidth); accepted: blocks at least "
                     "2 minWidth wide along some axis per split (use fewer ranks, smaller "
                     "supports, or a smaller minWidth)")
@@ -258,7 +260,8 @@ def decompose(domain, positions: torch.Tensor, supports: torch.Tensor | None = N
             hist[k].scatter_add_(0, slot, torch.where(inside, w, torch.zeros_like(w)))
         hist = hist.to(comm)
         if not replicated:
-            dist.all_reduce(hist, group=group)
+            with collective(f"{where} (bisection level)", group, (len(split),), comm):
+                dist.all_reduce(hist, group=group)
         counts = hist.cpu().tolist()  # one readback per level
         nxt = [b for b in blocks if b[1] - b[0] <= 1]
         for (r0, r1, lo, hi), axis, row in zip(split, axes, counts):

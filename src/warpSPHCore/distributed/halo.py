@@ -34,7 +34,15 @@ import math
 import torch
 
 from ..dataTypes.particleState import ParticleState
-from ._comm import Route, checkCodes, commDevice, consistencyCode, exchangeCounts, processGroup
+from ._comm import (
+    Route,
+    checkCodes,
+    collective,
+    commDevice,
+    consistencyCode,
+    exchangeCounts,
+    processGroup,
+)
 
 __all__ = ["Halo"]
 
@@ -98,19 +106,20 @@ class Halo:
 
         group = decomposition.group
         group, rank, size = processGroup(where, group)
+        named = f"{where} (rank {rank})"  # errors name the rank; calls do not
         x = particles.positions
         n, d = int(x.shape[0]), int(x.shape[1])
         if size != decomposition.size or d != decomposition.dim:
-            raise ValueError(f"{where}: the decomposition has {decomposition.size} ranks and "
+            raise ValueError(f"{named}: the decomposition has {decomposition.size} ranks and "
                              f"d = {decomposition.dim}; this group has {size} ranks and the "
                              f"particles d = {d}")
         if isinstance(depth, bool) or depth not in (1, 2, 3, 4, 5):
-            raise ValueError(f"{where}: depth={depth!r}; accepted: 1, 2, 3, 4 or 5")
+            raise ValueError(f"{named}: depth={depth!r}; accepted: 1, 2, 3, 4 or 5")
         if not (isinstance(skin, (int, float)) and math.isfinite(skin) and skin >= 0):
-            raise ValueError(f"{where}: skin={skin!r}; accepted: a finite number >= 0")
+            raise ValueError(f"{named}: skin={skin!r}; accepted: a finite number >= 0")
         width = depth + float(skin)
         if ids is not None and (ids.shape != (n,) or ids.dtype != torch.int64):
-            raise ValueError(f"{where}: ids must be int64 [{n}] (got {ids.dtype} "
+            raise ValueError(f"{named}: ids must be int64 [{n}] (got {ids.dtype} "
                              f"{tuple(ids.shape)})")
         device, dtype = x.device, x.dtype
         h = particles.supports.detach()
@@ -118,7 +127,8 @@ class Halo:
         hMax = (h.amax() if n else h.new_zeros(())).to(comm, torch.float64).reshape(1)
         # one all-reduce: the largest support and the ranks' dtype / device / d agreement
         reduced = torch.cat([hMax, consistencyCode(dtype, device, d, comm)])
-        dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
+        with collective(f"{where} (reach)", group, (3,), comm):
+            dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
         reach = (width * reduced[0]).to(device, dtype)
 
         # distance of every owned particle to every block, over the periodic images
@@ -145,20 +155,20 @@ class Halo:
         shift = shift + (wrapped - xd)[:, None, :]
 
         counts = send.sum(dim=0).to(torch.int64)
-        sendCounts, recvCounts, extra = exchangeCounts(counts, group, reduced)
+        sendCounts, recvCounts, extra = exchangeCounts(counts, group, reduced, where)
         hMaxHost = extra[0]
-        checkCodes(where, extra[1:], dtype, device, d)
-        cls._checkWidth(where, decomposition, width, hMaxHost)
+        checkCodes(named, extra[1:], dtype, device, d)
+        cls._checkWidth(named, decomposition, width, hMaxHost)
 
         total = sum(sendCounts)
         flat = send.t().reshape(-1)  # destination-major
         order = torch.argsort((~flat).to(torch.int8), stable=True)[:total]
         sendIndex = order % max(n, 1)
         dest = order // max(n, 1)
-        route = Route(sendIndex, sendCounts, recvCounts, n, group)
+        route = Route(sendIndex, sendCounts, recvCounts, n, group, "halo")
         sendShift = shift[sendIndex, dest]  # [S, d], already grouped by destination
         shifts = Route(torch.arange(total, device=device), sendCounts, recvCounts, total,
-                       group).forwardRows(sendShift)
+                       group, "halo build").forwardRows(sendShift)
         kinds = route.forwardRows(particles.kinds)
         haloIds = route.forwardRows(ids) if ids is not None else None
         sources = torch.repeat_interleave(

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import torch
 
-from ._comm import Route, checkCodes, commDevice, consistencyCode, exchangeCounts, processGroup
+from ._comm import (
+    Route,
+    checkCodes,
+    collective,
+    commDevice,
+    consistencyCode,
+    exchangeCounts,
+    processGroup,
+)
 
 __all__ = ["migrate", "ownedSelection", "rebalance"]
 
@@ -37,25 +45,27 @@ def migrate(decomposition, positions: torch.Tensor, *fields, ids: torch.Tensor |
     """
     where = "migrate"
     group, rank, size = processGroup(where, decomposition.group)
+    named = f"{where} (rank {rank})"  # errors name the rank; calls do not
     import torch.distributed as dist
 
     n, d = int(positions.shape[0]), int(positions.shape[1])
     for k, f in enumerate(fields):
         if f is not None and f.shape[0] != n:
-            raise ValueError(f"{where}: field {k} has {f.shape[0]} rows; accepted: {n} (the "
+            raise ValueError(f"{named}: field {k} has {f.shape[0]} rows; accepted: {n} (the "
                              "rows of positions)")
     if ids is not None and (ids.shape != (n,) or ids.dtype != torch.int64):
-        raise ValueError(f"{where}: ids must be int64 [{n}] (got {ids.dtype} {tuple(ids.shape)})")
+        raise ValueError(f"{named}: ids must be int64 [{n}] (got {ids.dtype} {tuple(ids.shape)})")
     owner = decomposition.owners(positions)
     sendIndex = torch.argsort(owner, stable=True)
     counts = torch.zeros(size, dtype=torch.int64, device=owner.device)
     counts.scatter_add_(0, owner, torch.ones_like(owner))
     code = consistencyCode(positions.dtype, positions.device, d,
                            commDevice(group, positions.device))
-    dist.all_reduce(code, op=dist.ReduceOp.MAX, group=group)
-    sendCounts, recvCounts, extra = exchangeCounts(counts, group, code)  # the one readback
-    checkCodes(where, extra, positions.dtype, positions.device, d)
-    route = Route(sendIndex, sendCounts, recvCounts, n, group)
+    with collective(f"{where} (agreement)", group, (2,), code.device):
+        dist.all_reduce(code, op=dist.ReduceOp.MAX, group=group)
+    sendCounts, recvCounts, extra = exchangeCounts(counts, group, code, where)  # one readback
+    checkCodes(named, extra, positions.dtype, positions.device, d)
+    route = Route(sendIndex, sendCounts, recvCounts, n, group, "migration")
     tensors = (positions,) + tuple(fields) + ((ids,) if ids is not None else ())
     moved = route.gather(*tensors)
     if len(tensors) == 1:

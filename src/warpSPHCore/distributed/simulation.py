@@ -50,7 +50,7 @@ from ..fluids.loop import LoopOptions, _fields, _resolveType, _typeName
 from ..fluids.neighbours import _Probe, adjacencyFromStateDict, adjacencyStateDict, wrapPeriodic
 from ..fluids.scheme import ParticleSet, Scheme
 from ..neighborhood.verlet import buildVerletList
-from ._comm import Route, commDevice, exchangeCounts, processGroup
+from ._comm import Route, collective, commDevice, exchangeCounts, processGroup
 from .decomposition import Decomposition, decompose
 from .halo import Halo
 from .migration import migrate, ownedSelection, rebalance
@@ -313,7 +313,8 @@ class DistributedSimulation:
         self._moved = torch.zeros((), dtype=x.dtype, device=x.device)
         # every rank's owned count (for `gather`), from the all-to-all of n to everyone
         self.counts = exchangeCounts(torch.full((self.size,), n, dtype=torch.int64,
-                                                device=x.device), self.group)[1]
+                                                device=x.device), self.group,
+                                     where="DistributedSimulation sizes")[1]
         self.builds += 1
         self._gathered = None
         end = time.perf_counter()
@@ -384,7 +385,8 @@ class DistributedSimulation:
 
         total = values.to(comm)
         if self.size > 1:
-            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.group)
+            with collective("DistributedSimulation step check", self.group, (3,), comm):
+                dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.group)
         reachMax, moved, nonFinite = total.tolist()  # the step's one readback
         if nonFinite:
             rows = torch.nonzero(bad).flatten()
@@ -518,7 +520,7 @@ class DistributedSimulation:
             tensors = list(fields.values())
         P = self.size
         route = Route(torch.arange(n, device=self.ids.device).repeat(P), [n] * P,
-                      self.counts, n, self.group)
+                      self.counts, n, self.group, "gather")
         moved = route.gather(*tensors, self.ids)
         ids = moved[-1]
         order = torch.argsort(ids)
@@ -647,7 +649,8 @@ class DistributedSimulation:
                                                         ("ids", "supports", "masses", "kinds"))
         sim.decomposition = Decomposition(**doc["decomposition"], group=group)
         h = doc["halo"]
-        route = Route(h["sendIndex"], h["sendCounts"], h["recvCounts"], h["sourceRows"], group)
+        route = Route(h["sendIndex"], h["sendCounts"], h["recvCounts"], h["sourceRows"], group,
+                      "halo")
         sim.halo = Halo(route, h["shifts"], h["kinds"], h["ids"], h["sources"], h["hMax"],
                         h["reach"], h["depth"])
         Hx, mx = sim.halo.extend(sim.supports, sim.masses)
