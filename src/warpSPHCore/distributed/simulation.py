@@ -81,6 +81,24 @@ def stencilDepth(scheme: Scheme) -> int:
     return depth
 
 
+def _localScheme(scheme: Scheme, rows: torch.Tensor, N: int) -> Scheme:
+    """`scheme` with its per-particle parameters (a viscosity ``[N]``, a wall velocity or
+    acceleration ``[N, d]`` such as a lid's) taken at the global rows `rows` of a rank's
+    extended set; the scheme itself when it has none."""
+    changes = {}
+    nu = scheme.viscosity
+    if isinstance(nu, torch.Tensor) and nu.dim() == 1 and nu.shape[0] == N:
+        changes["viscosity"] = nu[rows]
+    w = scheme.walls
+    if w is not None:
+        per = {k: getattr(w, k)[rows] for k in ("velocity", "accelerations")
+               if isinstance(getattr(w, k), torch.Tensor) and getattr(w, k).dim() == 2
+               and getattr(w, k).shape[0] == N}
+        if per:
+            changes["walls"] = dataclasses.replace(w, **per)
+    return dataclasses.replace(scheme, **changes) if changes else scheme
+
+
 def _rowFields(obj, n: int) -> dict:
     """The per-particle tensor fields (``[n, ...]``) of a dataclass state or rates."""
     out = {}
@@ -165,6 +183,9 @@ class DistributedSimulation:
         frameFields: ``(state, rates) -> dict`` of extra fields in the frames (on the
             gathered state).
         decomposition: a `Decomposition` to start from (None: `decompose` the start).
+            Per-particle parameters of the scheme (a viscosity ``[N]``, a lid's wall
+            velocity ``[N, d]``) are taken at each rank's rows; user `Term`s see the rank's
+            extended set (its state, list and fields), not the whole one.
         group: the process group (None: the default group).
 
     Attributes:
@@ -306,7 +327,9 @@ class DistributedSimulation:
         kx = torch.cat([kinds, self.halo.kinds])
         p = self.particles
         extended = ParticleSet(Hx, mx, kx, self.domain, p.spacing, p.container)
-        self.rateFn = self.scheme.rates(extended, check=False)
+        rows = torch.cat([self.ids, self.halo.ids])
+        self.rateFn = _localScheme(self.scheme, rows, p.supports.shape[0]).rates(extended,
+                                                                                 check=False)
         self.adjacency = buildVerletList(_Probe(xe, Hx), self.domain, 1.0 + self.skin,
                                          self.options.supportMode, None)
         self.buildPositions = x.clone()
@@ -657,7 +680,9 @@ class DistributedSimulation:
         kx = torch.cat([sim.kinds, sim.halo.kinds])
         extended = ParticleSet(Hx, mx, kx, particles.domain, particles.spacing,
                                particles.container)
-        sim.rateFn = scheme.rates(extended, check=False)
+        rows = torch.cat([sim.ids, sim.halo.ids])
+        sim.rateFn = _localScheme(scheme, rows, particles.supports.shape[0]).rates(
+            extended, check=False)
         sim.adjacency = adjacencyFromStateDict(doc["adjacency"], device)
         sim.buildPositions, sim._moved = doc["buildPositions"], doc["moved"]
         sim.counts, sim.builds = list(doc["counts"]), doc["builds"]
