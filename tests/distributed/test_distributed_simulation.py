@@ -296,3 +296,29 @@ def test_cases_across_processes(name, options, tmp_path):
             assert abs(two[key] - value) <= 1e-9 * max(abs(value), 1e-3), key
             compared += 1
     assert compared >= 3 and two["distributed"]["ranks"] == 2
+
+
+def _census(rank, size):
+    from warpSPHCore.util.hostSyncCensus import Census
+
+    case, scheme, particles, state = _tgv()
+    with torch.no_grad():
+        sim = DistributedSimulation(scheme, particles, state, case.dt,
+                                    options=_options("tgv"))
+        sim.run(1)
+        counts = []
+        for _ in range(6):
+            builds = sim.builds
+            c = Census()
+            with c.patched():
+                sim.advance()
+            counts.append((sim.builds - builds, c.total))
+    return counts
+
+
+def test_host_sync_census_of_a_step():
+    """A step between rebuilds reads back once (the rebuild test's all-reduce), on every
+    rank."""
+    for counts in spawn(_census, 2, timeout=600):
+        quiet = [total for rebuilt, total in counts if not rebuilt]
+        assert quiet and all(total == 1 for total in quiet), counts
