@@ -10,6 +10,8 @@
   Beltrami flow through ``warpsph run``'s distributed path give one process's results.
 - A restart from the files of N ranks continues bitwise; frames are written once, by
   rank 0, from the gathered state.
+- An open channel whose lanes take pool particles (global rearmost positions, a global
+  pool order) equals one process, its gradient with respect to the inflow speed too.
 - Bad set-ups raise, naming the rank.
 """
 
@@ -200,7 +202,7 @@ def _badSetups(rank, size):
 
     out = {}
     x, kinds, ob, (lo, hi) = openChannel([0.0, 0.0], [1.0, 0.25], 0.05, Inlet(0.0, 0.1),
-                                         dtype=torch.float64)
+                                         reservoirLayers=2, dtype=torch.float64)
     N = x.shape[0]
     domain = DomainDescription(torch.as_tensor(lo, dtype=torch.float64),
                                torch.as_tensor(hi, dtype=torch.float64), [False, False])
@@ -210,16 +212,16 @@ def _badSetups(rank, size):
     scheme = Scheme(rho0=1.0, c0=10.0, walls=Walls())
     state = FluidState(x, torch.zeros_like(x), torch.ones(N, dtype=torch.float64))
     try:
-        DistributedSimulation(scheme, particles, state)
+        DistributedSimulation(scheme, particles, state, 1e-4)
     except ValueError as e:
-        out["open"] = str(e)
+        out["reservoir"] = str(e)
     return out
 
 
 def test_bad_setups_name_the_rank():
     results = spawn(_badSetups, 2, timeout=600)
     for rank, out in enumerate(results):
-        assert f"rank {rank}" in out["open"] and "open boundaries" in out["open"]
+        assert f"rank {rank}" in out["reservoir"] and "reservoir" in out["reservoir"]
 
 
 def test_stencil_depth():
@@ -322,3 +324,65 @@ def test_host_sync_census_of_a_step():
     for counts in spawn(_census, 2, timeout=600):
         quiet = [total for rebuilt, total in counts if not rebuilt]
         assert quiet and all(total == 1 for total in quiet), counts
+
+
+def _channel(U):
+    """A short open channel (a uniform inflow `U`) whose reservoir starts 0.45 dx ahead, so
+    every lane takes a pool particle within a few steps."""
+    import dataclasses
+
+    from warpSPHCore.fluids.cases import channel
+
+    case = channel.setup(channel.ChannelConfig(ny=8, length=1.5))
+    ob = dataclasses.replace(case.boundary, inlet=dataclasses.replace(case.boundary.inlet,
+                                                                      velocity=U))
+    particles = channel.channelParticles(case, ob)
+    z = ob.zones(case.positions, case.kinds)
+    x = case.positions.clone()
+    x[:, 0] = torch.where(z.reservoir | z.inlet, x[:, 0] + 0.45 * case.dx, x[:, 0])
+    state = FluidState(x, case.velocities, torch.full_like(case.masses, case.rho0))
+    scheme = channel.channelScheme(case)
+    return scheme, particles, state, scheme.timeStep(particles, 1.5), ob, case.kinds
+
+
+def _channelLoss(state, ob, kinds):
+    fluid = ob.zones(state.positions.detach(), kinds).fluid
+    return (torch.where(fluid, state.velocities[:, 0], 0.0) ** 2).sum()
+
+
+CHANNEL_STEPS = 12
+
+
+def _channelRun(rank, size):
+    U = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    scheme, particles, state, dt, ob, kinds = _channel(replicated(U))
+    sim = DistributedSimulation(scheme, particles, state, dt,
+                                options=LoopOptions(progress=False, wrap=False),
+                                rebalanceEvery=2)
+    pool0 = int(ob.zones(sim.state.positions.detach(), kinds).removed.sum())
+    sim.run(CHANNEL_STEPS)
+    s = sim.owned
+    loss = globalSum(_channelLoss(s, ob, sim.kinds))
+    (g,) = torch.autograd.grad(loss, [U])
+    whole = sim.state
+    pool = int(ob.zones(whole.positions.detach(), kinds).removed.sum())
+    return (whole.positions.detach(), whole.velocities.detach(), float(g), pool0, pool,
+            sim.timings)
+
+
+def test_open_channel_across_ranks_equals_one_process():
+    """An open channel whose lanes take pool particles (the lanes' rearmost particles and
+    the pool's order are global): positions, velocities and the gradient with respect to
+    the inflow speed equal one process's."""
+    U = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    scheme, particles, state, dt, ob, kinds = _channel(U)
+    sim = scheme.simulation(particles, state, dt, options=LoopOptions(progress=False,
+                                                                      wrap=False))
+    sim.run(CHANNEL_STEPS)
+    (ref,) = torch.autograd.grad(_channelLoss(sim.state, ob, kinds), [U])
+    for x, v, g, pool0, pool, timings in spawn(_channelRun, 2, timeout=600):
+        assert pool < pool0  # lanes took pool particles during the run
+        assert timings["halo"] > 0
+        assert float((x - sim.state.positions.detach()).abs().max()) <= 1e-12
+        assert float((v - sim.state.velocities.detach()).abs().max()) <= 1e-12
+        assert abs(g - float(ref)) <= 1e-10 * abs(float(ref)), (g, float(ref))

@@ -18,7 +18,15 @@ The operators run unchanged on each rank: queries = the owned particles, referen
 ``halo.particles(owned)``, reference fields = ``halo.extend(field)``.
 """
 
-from ._comm import CollectiveMismatch, Route, globalMax, globalSum, replicated, setCollectiveChecks
+from ._comm import (
+    CollectiveMismatch,
+    Route,
+    globalMax,
+    globalMin,
+    globalSum,
+    replicated,
+    setCollectiveChecks,
+)
 from .decomposition import Decomposition, decompose
 from .halo import Halo
 from .migration import migrate, ownedSelection, rebalance
@@ -26,5 +34,5 @@ from .simulation import DistributedSimulation, stencilDepth
 from .spawn import spawn
 
 __all__ = ["Decomposition", "decompose", "Halo", "Route", "migrate", "ownedSelection", "rebalance",
-           "globalSum", "globalMax", "replicated", "spawn", "DistributedSimulation",
+           "globalSum", "globalMax", "globalMin", "replicated", "spawn", "DistributedSimulation",
            "stencilDepth", "setCollectiveChecks", "CollectiveMismatch"]

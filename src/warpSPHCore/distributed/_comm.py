@@ -28,7 +28,7 @@ import torch
 
 __all__ = ["Route", "processGroup", "checkConsistent", "consistencyCode", "checkCodes",
            "exchangeCounts", "globalSum", "globalMax", "replicated", "collective",
-           "setCollectiveChecks", "CollectiveMismatch"]
+           "setCollectiveChecks", "CollectiveMismatch", "globalMin"]
 
 _DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
 
@@ -423,6 +423,46 @@ def replicated(x: torch.Tensor, group=None) -> torch.Tensor:
     gets only its own share."""
     processGroup("replicated", group)
     return _Replicated.apply(x, group)
+
+
+class _GlobalMin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group, name):
+        import torch.distributed as dist
+
+        ctx.group, ctx.name = group, name
+        m = _allReduce(x, group, dist.ReduceOp.MIN, name)
+        ctx.save_for_backward(x, m)
+        ctx.save_for_forward(x, m)
+        return m
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        # every rank uses the minimum in its own computations: their cotangents add up, and
+        # go to the rank (the entries) that holds it
+        x, m = ctx.saved_tensors
+        total = _allReduce(grad, ctx.group, dist.ReduceOp.SUM, f"{ctx.name} (gradient)")
+        return torch.where(x == m, total, torch.zeros_like(total)), None, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _group, _name):
+        import torch.distributed as dist
+
+        x, m = ctx.saved_tensors
+        held = torch.where(x == m, tangent, torch.zeros_like(tangent))
+        return _allReduce(held, ctx.group, dist.ReduceOp.SUM, f"{ctx.name} (tangent)")
+
+
+def globalMin(x: torch.Tensor, group=None, name: str = "globalMin") -> torch.Tensor:
+    """The element-wise minimum of `x` over the ranks, on every rank; differentiable: each
+    rank uses the minimum in computations of its own, so in reverse mode the ranks'
+    cotangents are summed and go to the rank holding the minimum (ties: to each holder), and
+    in forward mode the holder's tangent is the minimum's. `name` names the call in
+    errors."""
+    processGroup("globalMin", group)
+    return _GlobalMin.apply(x, group, name)
 
 
 def globalMax(x: torch.Tensor, group=None) -> torch.Tensor:

@@ -50,7 +50,7 @@ from ..fluids.loop import LoopOptions, _fields, _resolveType, _typeName
 from ..fluids.neighbours import _Probe, adjacencyFromStateDict, adjacencyStateDict, wrapPeriodic
 from ..fluids.scheme import ParticleSet, Scheme
 from ..neighborhood.verlet import buildVerletList
-from ._comm import Route, collective, commDevice, exchangeCounts, processGroup
+from ._comm import Route, collective, commDevice, exchangeCounts, globalMin, processGroup
 from .decomposition import Decomposition, decompose
 from .halo import Halo
 from .migration import migrate, ownedSelection, rebalance
@@ -120,7 +120,10 @@ class _Policy:
         self.sim, self.frozen = sim, frozen
 
     def place(self, state):
-        return self.sim._place(state)
+        f = self.frozen
+        if f is None:
+            return self.sim._place(state)
+        return self.sim._place(state, f["kinds"], f["ids"])
 
     def __call__(self, state):
         f = self.frozen
@@ -147,6 +150,10 @@ class _Neighbours:
     @property
     def calls(self) -> int:
         return self.sim.calls
+
+    def __call__(self, state=None):
+        """The list of the whole gathered state (`adjacency`; `state` is not read)."""
+        return self.adjacency
 
     @property
     def adjacency(self):
@@ -228,6 +235,8 @@ class DistributedSimulation:
         self.masses = particles.masses.detach()[own]
         self.kinds = particles.kinds[own]
         self.carried = None
+        if self.openBoundary is not None:
+            self.owned = self._place(self.owned)
         self._rebuild(move=False)
         self._frame()
 
@@ -238,10 +247,6 @@ class DistributedSimulation:
         if not isinstance(scheme, Scheme):
             raise TypeError(f"{where}: scheme is a {type(scheme).__name__}; accepted: a "
                             "fluids.Scheme")
-        if particles.openBoundary is not None:
-            raise ValueError(f"{where} (rank {self.rank}): open boundaries do not run across "
-                             "ranks yet (their lanes refill from a pool by prefix sums over "
-                             "the whole set); accepted: a ParticleSet without openBoundary")
         if particles.scenes is not None:
             raise ValueError(f"{where} (rank {self.rank}): scenes do not run across ranks; "
                              "accepted: a ParticleSet without scenes (run a batch of scenes "
@@ -280,6 +285,18 @@ class DistributedSimulation:
         self.writer, self.frameFields = writer, frameFields
         self.skin = float(self.options.skin)
         H = particles.supports.detach()
+        ob = self.openBoundary = particles.openBoundary
+        if ob is not None:
+            # a pool particle placed in the reservoir is listed (it migrates) at the next
+            # rebuild, before it reaches the inlet: the reservoir must outlast half the buffer
+            reach = 0.5 * self.skin * float(H.max()) + ob.spacing
+            room = (ob.reservoirLayers - 1) * ob.spacing
+            if reach > room:
+                raise ValueError(f"{where} (rank {self.rank}): the open boundary's reservoir "
+                                 f"({ob.reservoirLayers} layers) is shallower than half the "
+                                 f"Verlet buffer plus two spacings ({reach:.4g} > {room:.4g});"
+                                 f" accepted: reservoirLayers >= "
+                                 f"{math.ceil(reach / ob.spacing) + 1}, or a smaller skin")
         self.limit = 0.5 * self.skin * float(H.min()) if H.numel() else 0.0  # one readback
         self.step, self.builds, self.calls, self.rebalances = 0, 0, 0, 0
         self.frames: list[Path] = []
@@ -326,7 +343,8 @@ class DistributedSimulation:
         Hx, mx, xe = self.halo.extend(H, m, x)
         kx = torch.cat([kinds, self.halo.kinds])
         p = self.particles
-        extended = ParticleSet(Hx, mx, kx, self.domain, p.spacing, p.container)
+        extended = ParticleSet(Hx, mx, kx, self.domain, p.spacing, p.container,
+                               openBoundary=self.openBoundary)
         rows = torch.cat([self.ids, self.halo.ids])
         self.rateFn = _localScheme(self.scheme, rows, p.supports.shape[0]).rates(extended,
                                                                                  check=False)
@@ -354,13 +372,47 @@ class DistributedSimulation:
         periodic = torch.as_tensor(dom.periodic, device=x.device)
         E = (dom.max - dom.min).to(x)
         d = torch.where(periodic, d - E * torch.round(d / E), d)
-        return torch.linalg.vector_norm(d, dim=1).amax()
+        r = torch.linalg.vector_norm(d, dim=1)
+        if self.openBoundary is not None:  # the reservoir and the pool (never read) are left
+            r = torch.where(self.openBoundary.held(x.detach(), self.kinds), 0.0, r)
+        return r.amax()
 
-    def _place(self, state):
+    def _place(self, state, kinds=None, ids=None):
+        """The owned state wrapped into the periodic axes and with the open boundary applied
+        (the rows' kinds and global ids: the current ones, or those a checkpointed step
+        was taken with)."""
         if self.options.wrap:
             state = dataclasses.replace(state, positions=wrapPeriodic(state.positions,
                                                                       self.domain))
+        if self.openBoundary is not None:
+            kinds = self.kinds if kinds is None else kinds
+            ids = self.ids if ids is None else ids
+            state = self.openBoundary.place(state, kinds, backs=self._backs,
+                                            poolRanks=lambda removed: self._poolRanks(removed,
+                                                                                      ids))
         return state
+
+    def _backs(self, local: torch.Tensor) -> torch.Tensor:
+        """The lanes' rearmost positions over every rank (differentiable)."""
+        if self.size == 1:
+            return local
+        return globalMin(local, self.group, "open boundary lanes")
+
+    def _poolRanks(self, removed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """1-based place of each pool row among every rank's pool rows in global-id order
+        (one all-reduce of a flag per particle; no readback)."""
+        if self.size == 1:
+            return torch.cumsum(removed.to(torch.int64), 0)
+        import torch.distributed as dist
+
+        N = self.particles.supports.shape[0]
+        comm = commDevice(self.group, removed.device)
+        flags = torch.zeros(N, dtype=torch.int32, device=removed.device)
+        flags[ids[removed]] = 1
+        flags = flags.to(comm)
+        with collective("open boundary pool", self.group, (N,), comm):
+            dist.all_reduce(flags, group=self.group)
+        return torch.cumsum(flags.to(removed.device, torch.int64), 0)[ids]
 
     def _list(self, state):
         self.calls += 1
@@ -401,16 +453,22 @@ class DistributedSimulation:
         bad = ~torch.isfinite(x).all(1) | ~torch.isfinite(v).all(1)
         if s.densities is not None:
             bad = bad | ~torch.isfinite(s.densities.detach())
-        values = torch.stack([reach.double(), self._moved.double(),
-                              bad.any().double()]).reshape(3)
+        values = [reach.double().reshape(1), self._moved.double().reshape(1),
+                  bad.any().double().reshape(1)]
+        ob = self.openBoundary
+        if ob is not None:  # the lanes' rearmost particles, as maxima of their negatives
+            values.append(-ob.rearmost(x, self.kinds).double())
+        values = torch.cat(values)
         comm = commDevice(self.group, x.device)
         import torch.distributed as dist
 
         total = values.to(comm)
         if self.size > 1:
-            with collective("DistributedSimulation step check", self.group, (3,), comm):
+            with collective("DistributedSimulation step check", self.group, (values.shape[0],),
+                        comm):
                 dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.group)
-        reachMax, moved, nonFinite = total.tolist()  # the step's one readback
+        host = total.tolist()  # the step's one readback
+        reachMax, moved, nonFinite = host[:3]
         if nonFinite:
             rows = torch.nonzero(bad).flatten()
             if rows.numel():
@@ -429,6 +487,17 @@ class DistributedSimulation:
                 f"step {self.step}, past the buffer {self.limit:.4g} of its neighbour list "
                 f"and halo (skin {self.skin:g} x smallest support / 2): the step's rates may "
                 "miss pairs. Use a larger skin or a smaller time step")
+        if ob is not None:
+            starved = ob.starvedOf(-torch.tensor(host[3:], dtype=torch.float64))
+            if bool(starved.any()):
+                lanes = torch.nonzero(starved).flatten().tolist()
+                raise RuntimeError(
+                    f"DistributedSimulation (rank {self.rank}): at step {self.step} the "
+                    f"inflow lane{'s' if len(lanes) != 1 else ''} {lanes[:8]}"
+                    f"{' ...' if len(lanes) > 8 else ''} ran out of particles: the pool beyond "
+                    "the outlet was empty when they needed one, so the inlet buffer has a "
+                    "hole; give the channel more spare particles "
+                    "(openChannel(..., spareLayers=...))")
         self._moved = torch.zeros_like(self._moved)
         return reachMax > self.limit
 
@@ -457,7 +526,8 @@ class DistributedSimulation:
         sNames = list(_rowFields(owned, n))
         cNames = [] if carried is None else list(_rowFields(carried, n))
         halo, rateFn = self.halo, self.rateFn
-        frozen = {"adjacency": self.adjacency, "live": True}
+        frozen = {"adjacency": self.adjacency, "live": True, "kinds": self.kinds,
+                  "ids": self.ids}
         stepper, dt, policy = self.stepper, self.dt, _Policy(self, frozen)
 
         def rates(state, adjacency):
@@ -679,7 +749,7 @@ class DistributedSimulation:
         Hx, mx = sim.halo.extend(sim.supports, sim.masses)
         kx = torch.cat([sim.kinds, sim.halo.kinds])
         extended = ParticleSet(Hx, mx, kx, particles.domain, particles.spacing,
-                               particles.container)
+                               particles.container, openBoundary=particles.openBoundary)
         rows = torch.cat([sim.ids, sim.halo.ids])
         sim.rateFn = _localScheme(scheme, rows, particles.supports.shape[0]).rates(
             extended, check=False)

@@ -336,13 +336,20 @@ class OpenBoundary:
         values = torch.where(feed, xa, torch.full_like(xa, self.inlet.position))
         return start.scatter_reduce(0, lane, values, "amin", include_self=True)
 
-    def _starvedMask(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
-        """bool ``[M]``: the lanes whose rearmost particle is past the reservoir's downstream
-        end (an empty reservoir)."""
+    def rearmost(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """``[M]`` the axial position of each lane's rearmost reservoir or inlet particle
+        (the inlet's position for an empty lane); detached."""
         z = self.zones(x, kinds)
-        back = self._backs(x[:, self.axis].detach(), self.laneOf(x), z.reservoir | z.inlet, x)
+        return self._backs(x[:, self.axis].detach(), self.laneOf(x), z.reservoir | z.inlet, x)
+
+    def starvedOf(self, back: torch.Tensor) -> torch.Tensor:
+        """bool ``[M]``: the lanes whose rearmost particle (`rearmost`) is past the
+        reservoir's downstream end (an empty reservoir)."""
         end = self.inlet.position - self.inlet.layers * self.spacing
         return back > end + 1e-9 * self.spacing
+
+    def _starvedMask(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        return self.starvedOf(self.rearmost(x, kinds))
 
     def starved(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
         """0-dim bool: some lane's reservoir is empty, so its inflow will have a hole. No
@@ -354,11 +361,17 @@ class OpenBoundary:
         return torch.nonzero(self._starvedMask(x, kinds)).flatten().tolist()
 
     # -- the step -----------------------------------------------------------------------------
-    def place(self, state, kinds: torch.Tensor):
+    def place(self, state, kinds: torch.Tensor, *, backs=None, poolRanks=None):
         """`state` after a step with the open boundary applied (module docstring): the
         reservoir and inlet rows at their lanes' inflow velocity, pool rows at rest, outlet
         rows not flowing back, and one pool particle placed dx behind the rearmost particle
-        of every lane that has moved dx on. No host sync."""
+        of every lane that has moved dx on. No host sync.
+
+        `backs` and `poolRanks` make it one step of a set divided among processes:
+        ``backs(local [M]) -> [M]`` the lanes' rearmost positions over every process (a
+        minimum), ``poolRanks(removed [N] bool) -> [N]`` each pool row's place among every
+        process's pool rows, in the global order of the particles. None: this set is the
+        whole one."""
         x, v = state.positions, state.velocities
         a, dx = self.axis, self.spacing
         z = self.zones(x, kinds)
@@ -366,12 +379,15 @@ class OpenBoundary:
         xa = x[:, a]
         feed = z.reservoir | z.inlet
         back = self._backs(xa, lane, feed, x)
+        if backs is not None:
+            back = backs(back)
         M = back.shape[0]
         need = back - dx >= self.reservoirStart - 1e-9 * dx
         rank = torch.cumsum(need.to(torch.int64), 0) - 1
         laneOfRank = torch.zeros(M + 1, dtype=torch.int64, device=x.device).scatter(
             0, torch.where(need, rank, M), torch.arange(M, dtype=torch.int64, device=x.device))
-        q = torch.cumsum(z.removed.to(torch.int64), 0) - 1
+        q = (torch.cumsum(z.removed.to(torch.int64), 0) if poolRanks is None
+             else poolRanks(z.removed)) - 1
         take = z.removed & (q < need.sum())
         target = laneOfRank[q.clamp(0, M - 1)]
         lane = torch.where(take, target, lane)
