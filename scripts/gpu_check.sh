@@ -11,7 +11,8 @@
 #      graph-capture tests), with pytest-xdist where the machine has it;
 #   4. the benchmarks on cuda:0 and the host-sync census; the fluids cases (TGV and dam break)
 #      and the Taylor-Green step at 2,500 and 1M particles (scripts/benchmarks/fluids_device.py);
-#      the distributed check on two gloo ranks with CUDA tensors (`warpsph distributed-check`);
+#      the distributed check on two gloo ranks with CUDA tensors (`warpsph distributed-check`)
+#      and the TGV case on two ranks against one process (`warpsph run tgv --nproc 2`);
 #   5. a summary table. Logs and JSON go to a work folder, packed after every step into
 #      $OUT/gpu-check.tar.gz (so a run stopped at its limit still returns what it did).
 #
@@ -86,6 +87,8 @@ step fluids 120 $PY scripts/benchmarks/fluids_device.py --device "$DEV" --json "
 step scenes 90 $PY benchmarks/bench_scenes.py --device "$DEV" --sequential 4 --repeats 2 --json "$W/scenes.json"
 # issue 17 on one GPU: gloo with CUDA tensors (NCCL needs a GPU per rank), 2 ranks, 2D
 step distributed 120 $PY -m warpSPHCore distributed-check --nproc 2 --dims 2 --device "$DEV" --json "$W/distributed.json"
+# a simulation across two ranks on CUDA tensors, against the same run in one process
+step distributed-tgv 90 bash -c "$PY -m warpSPHCore run tgv --n 24 --relax 0 --t 0.05 --device $DEV --quiet --out $W/tgv-one && $PY -m warpSPHCore run tgv --n 24 --relax 0 --t 0.05 --device $DEV --nproc 2 --rebalance 2 --quiet --out $W/tgv-two"
 
 # the cold first result gets what is left of the budget
 left=$(( BUDGET - ($(date +%s) - T0) ))
