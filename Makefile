@@ -64,7 +64,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_distributed.py
 	$(PY) benchmarks/bench_distributed_simulation.py
 
-# Whole-repository host-sync census of one simulated step (autodiff.md §15.2).
+# Whole-repository host-sync census of one simulated step: every device->host readback
+# (.item(), .tolist(), synchronize, data-dependent shapes, ...) counted per call site.
 census: $(STAMP)
 	$(PY) scripts/benchmarks/count_host_syncs.py --markdown docs/regression/host-syncs.md
 

@@ -1,4 +1,4 @@
-"""The package's layers (docs/architecture.md): the import-linter contract of pyproject.toml
+"""The package's layers (docs/design.md, "Layout"): the import-linter contract of pyproject.toml
 holds (`make lint` runs the same check), and the import graph, deferred imports included,
 has no cycle, so no import needs deferring into a function to dodge one."""
 

@@ -181,7 +181,8 @@ def main(argv=None) -> int:
         out = Path(args.markdown)
         out.parent.mkdir(parents=True, exist_ok=True)
         head = ("# Host-sync census\n\nWritten by `scripts/benchmarks/count_host_syncs.py` "
-                "(`autodiff.md` §15.2). Allowed readbacks: one per neighbour search, one per "
+                "(`make census`; the invariant it checks: [Autograd bridge]"
+                "(../autograd.md#no-host-synchronisation-counted)). Allowed readbacks: one per neighbour search, one per "
                 "dual-tensor operator call (the batched liveness mask); everything else 0. The "
                 "exact numbers per module are asserted by "
                 "`tests/operations/test_no_host_sync.py`. Across ranks "

@@ -1,6 +1,6 @@
 """Every SPH enum of warpSPHCore with its exact integer value.
 
-The values are compiled into Warp kernels and must never change (`kernels.md` §1). Note that
+The values are compiled into Warp kernels and must never change. Note that
 the kernel values are not in name order (B8 = 33, B7 = 34).
 """
 
@@ -48,7 +48,7 @@ class KernelFunctions(IntEnum):
 
 
 class SupportScheme(IntEnum):
-    """Pairwise support rule h_ij (`kernels.md` §6)."""
+    """Pairwise support rule h_ij: h_i, h_j, (h_i + h_j)/2 or max(h_i, h_j) (docs/kernels.md)."""
 
     Gather = 11
     Scatter = 12
@@ -71,7 +71,7 @@ class LaplacianScheme(IntEnum):
     Dot = 3
     Default = 4
     #: first-order consistent (exact for quadratic fields), with a `LaplacianCorrectionState`
-    #: (`corrections.computeLaplacianCorrection`); issue 18
+    #: (`corrections.computeLaplacianCorrection`)
     Consistent = 5
 
 

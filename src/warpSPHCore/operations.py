@@ -1,10 +1,10 @@
-"""Public operator entry points `warpOperation` (`operators.md` §7.1) and the flat-tensor
-adapter `sphOperation_warp` (§7.2); `warpOperationJVP` and `warpOperationHVP` are re-exported
-from their own entry modules.
+"""Public operator entry points `warpOperation` and the flat-tensor adapter
+`sphOperation_warp`; `warpOperationJVP` and `warpOperationHVP` are re-exported from their own
+entry modules.
 
 Validation (dtypes, devices, shapes), defaulting, field flattening and output reshape live
-in `preparation`; dispatch goes through `launchOperator` (`autodiff.md` §2) for all seven
-operators, with the dual-tensor route of `operationsJVP`.
+in `preparation`; dispatch goes through the bridge's `launchOperator` (docs/autograd.md)
+for all seven operators, with the dual-tensor route of `operationsJVP`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
                   referenceParticles=None, preScatteredQuantities=None, crkState=None,
                   gradHState=None, renormalizationState=None, consistentDivergence=False,
                   covarianceReturnNumNeighbors=False, laplacianCorrectionState=None):
-    """Evaluate one SPH operator (`operators.md` §2, §7.1).
+    """Evaluate one SPH operator.
 
     Density: ``rho_i = sum_j m_j W_ij`` -> ``[N_q]``.
     Interpolate: ``f_i = sum_j f_j V_j W^R_ij`` -> ``[N_q, *S]`` with
@@ -63,7 +63,7 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     `laplacianCorrectionState` (exact for quadratic fields; `corrections.secondDerivatives`).
     Covariance: ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` -> ``[N_q, d, d]``, or ``(C, n)`` with
     the int32 count of ``W^R_ij > 0`` when `covarianceReturnNumNeighbors`.
-    Corrections accepted per operator: `operators.md` §5 (docs/operators.md).
+    Corrections accepted per operator: docs/operators.md.
 
     Args:
         queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, kinds int32,
@@ -96,8 +96,8 @@ def warpOperation(queryParticles, operationProperties, domain, queryValues=None,
     Raises:
         TypeError: mixed or unsupported dtypes, wrong argument types.
         ValueError: shapes, devices, missing inputs, Custom operation; field shapes an
-            operator does not define (operators.md §3), naming the operator, the shape and
-            the accepted shapes.
+            operator does not define (e.g. a scalar Divergence in 2D), naming the operator,
+            the shape and the accepted shapes.
         NotImplementedError: torch.func-wrapped tensors, preScatteredQuantities.
     """
     args = (queryParticles, operationProperties, domain, queryValues, referenceValues,
@@ -182,7 +182,7 @@ def sphOperation_warp(queryPositions, referencePositions, querySupports, referen
                       useGradHTerms=False, queryOmegas=None, referenceOmegas=None,
                       useVolume=False, queryVolumes=None, referenceVolumes=None, useCRK=False,
                       crk_A=None, crk_B=None, crk_gradA=None, crk_gradB=None):
-    """Flat-tensor adapter (`operators.md` §7.2): builds the state objects from loose tensors
+    """Flat-tensor adapter: builds the state objects from loose tensors
     and calls `warpOperation`. For porting code written against positional APIs; the
     structured `warpOperation` is the main path.
 

@@ -1,4 +1,4 @@
-"""Entry point `warpOperationHVP` (`autodiff.md` §9.8): the explicit CSR position
+"""Entry point `warpOperationHVP`: the explicit CSR position
 Hessian-vector product of the Density, validated and prepared like `warpOperation`, launched
 by `operators.densityHVP.launchHVP`."""
 
@@ -39,7 +39,7 @@ def _checkTangent(name: str, t, n: int, d: int, like: torch.Tensor) -> None:
 
 def warpOperationHVP(queryParticles, operationProperties, domain, tangentQueryPositions,
                      adjacency=None, referenceParticles=None, tangentReferencePositions=None):
-    """Density position Hessian-vector product (`autodiff.md` §10).
+    """Density position Hessian-vector product.
 
     ``HVP_i = N sum_j m_j H_ij (v_i - u_j)``: for each query i, block row i of the position
     Hessian of rho_i applied to the tangent (module docstring), with the pair j == i dropped
@@ -94,6 +94,6 @@ def warpOperationHVP(queryParticles, operationProperties, domain, tangentQueryPo
     _, ctx, _, _ = _prepareCall(queryParticles, operationProperties, domain,
                                 adjacency=adjacency, referenceParticles=referenceParticles)
     # empty sets: the bridge skips the zero-thread launch (or sums empty rows) and returns
-    # zeros [N_q, d] that still take part in autograd (autodiff.md §13)
+    # zeros [N_q, d] that still take part in autograd
     return _densityHVP.launchHVP(ctx, tangentQueryPositions, tangentReferencePositions,
                                  dropSelf=selfRef)

@@ -1,6 +1,7 @@
-"""Forward mode of the operators: `warpOperationJVP` (`autodiff.md` §9.2), the scope matrix
-(§9.4, read from the registry: `OperatorEntry.jvp` and the acceptance row), and the
-dual-tensor route's closure (§9.7). Re-exported by `operations`.
+"""Forward mode of the operators: `warpOperationJVP`, the scope matrix (which tangents an
+operator accepts and what raises, read from the registry: `OperatorEntry.jvp` and the
+acceptance row; docs/forward-mode.md), and the dual-tensor route's closure `dualRouteJVP`.
+Re-exported by `operations`.
 
 One core, `jvpFromContext(op, ctx, extras, tangents)`, serves both routes: it works on the
 kernel-level representation of a prepared call (`preparation.prepareCall`: the `SPHContext`,
@@ -12,19 +13,18 @@ flat layout of the values) and returns the raw flat output.
   exception is the Laplacian with ``positiveDivergence``, which is not linear in its values
   (the values select the pairs): its value tangent goes through the Tier-2 kernel, which
   keeps the primal's selection.
-* Laplacian ``positiveDivergence`` with geometry tangents is accepted (the spec rejects it):
+* Laplacian ``positiveDivergence`` with geometry tangents is accepted:
   the Tier-2 kernel applies the primal's pair selection, the exact derivative away from the
   switching surface ``x_ij . q_ij = 0``.
 * Otherwise Tier 2: the operator's `JVPSpec.geometryKernel` through
   `jvpCommon.launchGeometryJVP`, the value tangent fused into the same neighbour loop.
 
-Decisions beyond the spec (docs/design.md):
+Further decisions (docs/forward-mode.md):
 
 * The dual route rebuilds the flat value tangent directly from the extras' slot, so value
-  tangents of rank >= 2 fields work through dual tensors as well (the spec's closure raises
-  NotImplementedError there).
-* Ignored correction states (acceptance matrix, `operators.md` §5) are dropped in the dual
-  route; the explicit API raises for the scope matrix's "Rejected" entries.
+  tangents of rank >= 2 fields work through dual tensors as well.
+* Correction states the operator accepts and ignores (e.g. renormalization for Interpolate)
+  are dropped in the dual route; the explicit API raises for the scope's "Raises" entries.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _droppedMessage(entry, props, tangents: bool) -> str:
 
 def checkJVPScope(op: WarpOperation, ctx, extras: dict, t: GeometryTangents,
                   where: str = _WHERE) -> None:
-    """The Tier-2 scope matrix (`autodiff.md` §9.4) for a call with geometry tangents, as the
+    """The Tier-2 scope matrix (docs/forward-mode.md) for a call with geometry tangents, as the
     registry declares it (`OperatorEntry.jvp`, `operators._declarations.JVPScope`).
 
     Raises:
@@ -286,8 +286,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
                      consistentDivergence=False, laplacianCorrectionState=None,
                      laplacianCorrectionTangentState=None, gradHTangentState=None):
     """Directional derivative of `warpOperation` in the combined direction of every supplied
-    tangent (`autodiff.md` §9.2), in the primal's public output shape (Covariance: the matrix
-    tangent only).
+    tangent, in the primal's public output shape (Covariance: the matrix tangent only).
 
     Args:
         queryParticles: primal argument, as for `warpOperation`.
@@ -335,7 +334,7 @@ def warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryVa
         reverse mode (reverse over forward).
 
     Raises:
-        NotImplementedError: out-of-scope requests (`autodiff.md` §9.4): a value tangent of
+        NotImplementedError: out-of-scope requests (docs/forward-mode.md): a value tangent of
             Density/Covariance, grad-h with geometry tangents, CRK or renormalization with
             the Naive Laplacian, renormalization for Interpolate (which never reads it).
         ValueError/TypeError: inconsistent arguments (a correction tangent without its primal
@@ -510,7 +509,7 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
 
 
 # --------------------------------------------------------------------------------------
-# the dual-tensor route (autodiff.md §9.7)
+# the dual-tensor route (tangents arriving as torch.autograd.forward_ad duals)
 # --------------------------------------------------------------------------------------
 
 
@@ -544,7 +543,7 @@ def _strip(obj):
 
 
 def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
-    """The `jvp_fn` body of `launchOperator` (`autodiff.md` §9.7): rebuild the tangents from
+    """The `jvp_fn` body of `launchOperator` (the dual-tensor route): rebuild the tangents from
     the fixed slots, drop channels the operator never reads, and delegate to
     `jvpFromContext`. Returns one tangent per forward output."""
     op = WarpOperation(ctx.properties.operation)

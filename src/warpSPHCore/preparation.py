@@ -7,7 +7,7 @@ operator accepts, field shapes it defines), and returns the reshape of its outpu
 (`operations.warpOperation`, `operationsJVP.warpOperationJVP`, the corrections' composite
 calls) are built on these two. The forward-mode route of a launch (`dualRoute`, the
 `jvp_fn` body of the dual-tensor path) is passed in by the caller: this layer does not
-import the entry points above it (docs/architecture.md, layers).
+import the entry points above it (docs/design.md, "Layout").
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     dropped = entry.dropped(props)
     if dropped:
         # accepted and not handed to the kernel (the Naive Laplacian's CRK and
-        # renormalization, operators.md §2.6): not validated either
+        # renormalization, which it never reads): not validated either
         ctx.corrections = dataclasses.replace(ctx.corrections, **dict.fromkeys(dropped))
     applied = entry.applied(props)
     states = {n: s for n, s in (("crk", crkState), ("gradH", gradH), ("renorm", renorm))
@@ -418,7 +418,7 @@ def _reshaper(shape: tuple):
 
 def _checkCorrectionInputs(entry, props, particles: tuple, referenceVolumes, states: dict,
                            sizes: tuple, consistent=False):
-    """Validation of what the operator's declaration says it reads (`operators.md` §2, §4):
+    """Validation of what the operator's declaration says it reads:
     the densities its apparent volumes and scheme need, a complete CRK state when it reads
     the corrected gradient, and the Omega and L shapes of the states it applies.
 
@@ -474,7 +474,8 @@ def _checkCorrectionInputs(entry, props, particles: tuple, referenceVolumes, sta
 
 
 def _flagMatches(flag: bool, flagName: str, tensors: dict, required: tuple) -> None:
-    """A `useX` flag and its tensors must agree (`operators.md` §7.2)."""
+    """A `useX` flag and its tensors must agree (no flag without tensors, no tensors
+    without the flag)."""
     given = [name for name, t in tensors.items() if t is not None]
     if flag:
         missing = [name for name in required if tensors[name] is None]

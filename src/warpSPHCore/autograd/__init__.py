@@ -1,4 +1,4 @@
-"""The torch <-> Warp autograd bridge (`autodiff.md`).
+"""The torch <-> Warp autograd bridge (design: docs/autograd.md).
 
 Exports of the bridge core; the operator-facing modules (`arg_extract`, `operator_spec`,
 `wrapper`) are added alongside.

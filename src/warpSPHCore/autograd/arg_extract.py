@@ -1,4 +1,4 @@
-"""State extraction: structured state -> the 36-slot flat list + `build_fn` (`autodiff.md` §3, §4).
+"""State extraction: structured state -> the 36-slot flat list + `build_fn`.
 
 `extractStateInfo` flattens every tensor of one operator call into a deterministically
 ordered list of exactly 36 entries (real tensors, or permanent null `Field` placeholders in
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------
-# Fixed slot indices (autodiff.md §4.5). The layout is frozen.
+# Fixed slot indices. The layout is frozen: the JVP machinery reads tangents by absolute index.
 # --------------------------------------------------------------------------------------
 
 STATE_SIZE = 38
@@ -93,7 +93,7 @@ _ADJ_LIST, _ADJ_OFFSETS, _ADJ_NUM = 23, 24, 25
 _GRID_SORT, _GRID_QMIN, _GRID_QMAX, _GRID_NUMCELLS = 26, 27, 28, 29
 _GRID_HASH, _GRID_CELLS, _GRID_OFFSETS = 30, 31, 32
 _DOM_MIN, _DOM_MAX, _DOM_PERIODIC = 33, 34, 35
-# appended for the consistent Laplacian (issue 18): slots 0-35 keep the seed's indices
+# appended for the consistent Laplacian: slots 0-35 keep their original indices
 _LAP_MAT, _LAP_VEC = 36, 37
 _NO_TANGENT_HOME = frozenset({27, 28, 33, 34})
 
@@ -178,9 +178,9 @@ def _correctionTangentFields(vec, mat, s):
 
 
 def _tangentFields(vec, mat, s):
-    """The Tier-2 tangent pack (`autodiff.md` §9.6, one struct instead of the spec's three
-    tangent arguments): particle, volume and correction tangents with presence flags, the
-    frozen field values and their tangents. Every read is gated by its flag, so a missing
+    """The Tier-2 tangent pack (one struct instead of separate query, reference and
+    correction tangent arguments): particle, volume and correction tangents with presence
+    flags, the frozen field values and their tangents. Every read is gated by its flag, so a missing
     tangent (a length-1 null placeholder) is never indexed."""
     return {
         "qPositions": wp.array(dtype=vec), "qSupports": wp.array(dtype=s),
@@ -313,9 +313,10 @@ def declareStateOverloads(kernel, arrays: dict | None = None, tangent: bool = Fa
 
     Call at import, right after the kernel: its module is then compiled once with all six
     overloads (one cache entry whatever the launch order) and never reloaded because a launch
-    added an overload (W79, `testing.md` §17). `arrays` maps each generic array argument
-    after the eight state arguments to "scalar", "vector" or "matrix" (the call's scalar type,
-    d-vector, d x d matrix); concrete arguments (int32 counts, flags) are left out.
+    added an overload (a reload recompiles the whole module). `arrays` maps each generic array
+    argument after the eight state arguments to "scalar", "vector" or "matrix" (the call's
+    scalar type, d-vector, d x d matrix); concrete arguments (int32 counts, flags) are left
+    out.
     `tangent=True`: a Tier-2 JVP kernel, whose ninth argument ``tangents`` is the tangent pack;
     `cotangent=True`: a reverse kernel, whose ninth argument ``cotangents`` is the reverse pack.
     """
@@ -412,7 +413,7 @@ def getGradH_j(corr: Any, j: wp.int32):
 
 
 def resolveNormalization(operationProperties, dim: int) -> tuple[bool, float]:
-    """(calibrateNormalization, normalizationCoefficient) for a call (`autodiff.md` §4.4).
+    """(calibrateNormalization, normalizationCoefficient) for a call.
 
     With calibration the coefficient is ``latticeDensityFactor(kernel, n_h, d)`` (host float64,
     cached); ValueError unless it is finite and > 0. Without calibration (False, 1.0).
@@ -475,7 +476,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
                      crkState=None, gradHState=None, renormalizationState=None, site: int = 0,
                      laplacianState=None):
     """Flatten one call's state into the flat slot list and return it with `build_fn`: the
-    seed's 36 slots (`autodiff.md` §4.5, indices unchanged) and two appended ones, the
+    original 36 slots (indices unchanged) and two appended ones, the
     consistent Laplacian's ``B`` (36) and ``gamma`` (37) (docs/autograd.md).
 
     Args:
@@ -638,7 +639,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
     def build_fn(warp_arrays, use_bundle=False):
         a = warp_arrays
         # Grad-requiring launches get fresh call-local structs (wp.Tape re-reads struct fields
-        # at backward time, W25); the bridge passes use_bundle=True only without grad, and
+        # at backward time); the bridge passes use_bundle=True only without grad, and
         # then the persistent per-(d, dtype) instances are refreshed in place.
         key = (d, s)
 

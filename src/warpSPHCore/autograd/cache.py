@@ -1,4 +1,4 @@
-"""View and placeholder caches of the bridge (`autodiff.md` §14).
+"""View and placeholder caches of the bridge.
 
 * `getCachedWarpArray(t, use_cache=True)`: a `Field` gives its permanent view; a tensor
   gives its identity-cached view (`util.fieldRegistry.acquireView`) when ``use_cache``,
@@ -7,10 +7,10 @@
 * `getCachedDummyTensor(shape, dtype, device, fillValue=0.0)`: tiny shared placeholder
   tensors (never written by the library).
 * `getCachedIdentityMatrices(n, d, dtype, device)`: shared ``[n, d, d]`` identity
-  matrices (``n = 1`` is the spec's ``(1, d, d)`` placeholder).
+  matrices (``n = 1`` is the ``(1, d, d)`` placeholder).
 
-Dummy caches are keyed by ``str(device)`` (W28) and by dtype (W17); callers must not write
-into the returned tensors.
+Dummy caches are keyed by ``str(device)`` (``wp.Device`` is unhashable) and by dtype (float32
+and float64 calls share a process); callers must not write into the returned tensors.
 """
 
 from __future__ import annotations

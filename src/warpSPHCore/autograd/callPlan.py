@@ -1,6 +1,7 @@
-"""Call plans: a repeated no-grad operator call replayed as one recorded launch (issue 15).
+"""Call plans: a repeated no-grad operator call replayed as one recorded launch.
 
-The fourth caching layer (`autodiff.md` §14 lists the other three). The first time an
+The fourth caching layer, after the ``wp.array`` view cache, the reuse of persistent Warp
+structs on the no-grad path (the struct bundle) and the placeholder cache. The first time an
 eligible call runs, the full path (validation, state extraction, views, structs, the
 specialised kernel) runs under `util.launchCapture.capturing`, and its single kernel launch
 is recorded as a ``wp.Launch`` command. The plan keeps that command and its arguments; a
@@ -22,7 +23,7 @@ its strong references are only to the buffers the command points at.
 
 A plan is recorded on the *second* sight of a key, not the first: a simulation loop that
 builds new tensors every step never repeats a key, and recording costs a capture and the
-struct bundle's reuse (`autodiff.md` §14). The first sight only notes the key with weak
+struct bundle's reuse. The first sight only notes the key with weak
 references to its tensors (so a recycled ``id`` of a dead tensor is not taken for a repeat);
 a key whose recording was declined is remembered and not tried again. At most `MAX_SEEN`
 keys are noted.

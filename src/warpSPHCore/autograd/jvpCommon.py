@@ -1,5 +1,4 @@
-"""Tier-2 (geometry) JVP launches (`autodiff.md` §9.6) and the reverse-over-forward helper
-`hvp` (§11).
+"""Tier-2 (geometry) JVP launches and the reverse-over-forward helper `hvp`.
 
 `launchGeometryJVP(kernel, ctx, tangents, outputShape, outputDtype, ...)` runs a geometry JVP
 kernel through the same bridge as the primal operators, with ``jvp_fn=None``: the result is
@@ -19,15 +18,17 @@ so their tangent is the primal launch with (dB, dgamma) in their place
 (`operationsJVP.jvpFromContext`).
 
 Missing tangents are zero-filled null placeholders and the pack carries a presence flag for
-each, so no placeholder is ever indexed. Kernel ABI (a documented deviation from the spec's
-three tangent structs; one struct keeps the pair-term signature of the primal operators):
+each, so no placeholder is ever indexed. Kernel ABI (one tangent struct rather than one per
+particle set plus one for the corrections: it keeps the pair-term signature of the primal
+operators):
 
     (queryState, referenceState, domainState, useAdjacency, adjacencyState, gridState,
      correctionData, kernelProperties, tangents, <SCALAR extras>, <outputs>)
 
 with ``tangents`` the pack `arg_extract.structFor("tangent", d, s)`. When the same tensor
 object is both the query and the reference tangent (a self-interaction dual), the two slots
-alias one Warp array and backward deduplicates exactly as for the primal (W20).
+alias one Warp array and backward deduplicates exactly as for the primal (an aliased array's
+gradient is reported once, or torch would sum it twice).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
 
 
 def hvp(fn, primals, tangents):
-    """Reverse-over-forward Hessian-vector product of a scalar function (`autodiff.md` §11).
+    """Reverse-over-forward Hessian-vector product of a scalar function.
 
     Enters a `torch.autograd.forward_ad` dual level, makes each primal dual with its tangent,
     evaluates the scalar ``fn(*primals)``, and back-propagates the forward-mode tangent of the

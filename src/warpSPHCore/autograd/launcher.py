@@ -1,24 +1,27 @@
-"""Torch <-> Warp conversion and the one differentiable launch site (`autodiff.md` §3, §8.5).
+"""Torch <-> Warp conversion and the one differentiable launch site.
 
 * `castTorchToWarpAsBuiltins(t)`: the Warp view of a tensor in the kernel ABI's dtypes —
   float rank 1 -> scalar array, rank 2 ``[N, K]`` -> array of ``vector(K)``, rank 3
   ``[N, A, B]`` -> array of ``matrix(A, B)``; integer/bool rank 1 -> plain array, int32
   ``[N, 2]`` -> ``vec2i``, int32 ``[N, 3]`` -> ``vec3i``, int64 ``[N, 3]`` -> ``vec3l``
-  (the grid tables of `neighborhood.md`), any other integer rank 2 -> plain 2-d array.
+  (the hash-grid tables), any other integer rank 2 -> plain 2-d array.
   Higher float ranks raise `TypeError` (`operations.py` flattens fields first).
 * `castTorchToWarp(t, dtype=None)`: plain n-d array of the tensor's scalar type, or the
   explicitly requested Warp dtype.
 * `allocateTorchWarp(shape, dtype, device, requires_grad)`: a zero-filled output on torch's
   caching allocator plus its zero-copy Warp view; with ``requires_grad`` the view owns a
-  torch-allocated zero adjoint buffer (never the caller's ``grad_output``, W24/W62).
+  torch-allocated zero adjoint buffer (never the caller's ``grad_output``, which Warp would
+  consume and zero in place).
 * `launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, lanes=None)`:
   allocates the output(s), launches on the inputs' device and torch's current stream, and
   returns the output tensor(s), each carrying its Warp view in the courier attribute
-  ``_warp_array`` (the bridge moves it to ``ctx`` and deletes the attribute, W26).
+  ``_warp_array`` (the bridge moves it to ``ctx`` and deletes the attribute: left in
+  place it would close a tensor <-> view reference cycle that only the cyclic GC frees).
 
-Both casts build the view from ``t.detach()`` with canonical strides (W10, W21); they never
-cache — caching is `util.fieldRegistry.acquireView`'s job. Memo tables are keyed by
-``str(device)`` because ``wp.Device`` is unhashable (W28).
+Both casts build the view from ``t.detach()`` (a view of the undetached tensor would put the
+conversion into torch's graph) with canonical strides (``wp.from_torch`` rejects some
+degenerate ones); they never cache — caching is `util.fieldRegistry.acquireView`'s job. Memo
+tables are keyed by ``str(device)`` because ``wp.Device`` is unhashable.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def allocateTorchWarp(shape, dtype, device, requires_grad: bool):
     out = torch.zeros(shape + trailing, dtype=torchDtype, device=torchDevice)
     # The view wraps a detached alias: wp.from_torch keeps a reference to the tensor it is
     # given, and out -> grad_fn -> ctx.output_warp -> view -> out would be a reference cycle
-    # that only the cyclic GC can break (W26).
+    # that only the cyclic GC can break.
     alias = out.detach()
     if requires_grad and outputIsFloat(dtype):
         view = wp.from_torch(alias, dtype=dtype, requires_grad=True, grad=torch.zeros_like(out))
@@ -140,7 +143,7 @@ _STREAMS: dict = {}
 
 def torchStreamAsWarp(device):
     """Torch's current stream for a CUDA `device` as a Warp stream (memoised per handle);
-    None on CPU (§16)."""
+    None on CPU (every launch of the library runs on torch's current stream)."""
     dev = wp.get_device(device)
     if not dev.is_cuda:
         return None
@@ -194,7 +197,7 @@ def launch_kernel(kernel, output_shape, output_dtype, *args, numThreads=None, la
         tape: the `wp.Tape` of ``mode="record"``.
 
     The device is the first `wp.array` argument's (else a struct argument's array field's);
-    the launch passes ``device=`` and torch's current stream (§16). A launch with zero
+    the launch passes ``device=`` and torch's current stream. A launch with zero
     threads is skipped and the zero-filled output(s) returned. Each returned tensor carries
     its Warp view as the courier attribute ``_warp_array``. The kernel functions' custom
     adjoints are registered before a kernel that may call them is launched

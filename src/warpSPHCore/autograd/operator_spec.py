@@ -1,4 +1,4 @@
-"""The declared operator ABI: `OperatorSpec`, `SPHContext`, `launchOperator` (`autodiff.md` §8).
+"""The declared operator ABI: `OperatorSpec`, `SPHContext`, `launchOperator`.
 
 An operator declares its kernel, outputs, extras (named additional kernel arguments, TENSOR
 or SCALAR) and thread count once; `launchOperator(spec, ctx, **extras)` validates a call
@@ -56,7 +56,7 @@ class ThreadSpec(IntEnum):
 
 
 def _isResolver(value) -> bool:
-    # Warp dtypes are classes and therefore callable: recognise resolvers by type (W29).
+    # Warp dtypes are classes and therefore callable: recognise resolvers by type.
     return isinstance(value, types.FunctionType)
 
 
@@ -107,7 +107,8 @@ class OperatorSpec:
         numThreads: optional resolver ``(ctx, extras) -> int`` when the thread count is not
             the first output's leading size.
         jvp: `JVPSpec` or None.
-        tiledKernel: optional multi-lane CUDA variant (`autodiff.md` §8.4).
+        tiledKernel: optional multi-lane CUDA variant (several lanes share one query's
+            neighbours and combine their partial sums with a tile reduction).
         reverse: optional `autograd.reverse.ReverseSpec`, a hand-written reverse kernel used
             instead of Warp's generated adjoint for the calls it declares eligible.
         specialize: optional factory ``(config) -> kernel | None`` of forward-only kernels
@@ -144,7 +145,7 @@ EMPTY_CORRECTIONS = Corrections()
 
 @dataclass
 class SPHContext:
-    """Per-call named state of one operator launch (`autodiff.md` §8.1).
+    """Per-call named state of one operator launch.
 
     `mode=ExecutionMode.FORWARD` is rejected by `launchOperator` (deliberately
     unimplemented); AUTO is not resolved further."""
@@ -211,7 +212,7 @@ def _validateExtras(spec: OperatorSpec, extras: dict) -> None:
 
 
 def _build_geometry_jvp_fn(spec: OperatorSpec, ctx: SPHContext, extras: dict, dualRoute):
-    """The dual-tensor route's `jvp_fn` (`autodiff.md` §9.7): captures this call's context and
+    """The dual-tensor route's `jvp_fn`: captures this call's context and
     extras (the caller's own objects) and delegates to `dualRoute` (the entry points pass
     `operationsJVP.dualRouteJVP`, the same core as `warpOperationJVP`)."""
 

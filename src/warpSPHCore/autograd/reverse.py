@@ -2,12 +2,12 @@
 
 By default the bridge differentiates a launch with Warp's generated adjoint of the primal
 kernel (the launch recorded on a `wp.Tape`). That adjoint is exact (the pair functions
-carry custom adjoints where Warp's own would be wrong, W13/W14) but not cheap: Warp's
-adjoint of a neighbour loop replays the loop's forward, and every differentiated function
-replays the forward of what it calls, so one backward evaluates the kernel shape several
-times per pair. An operator may declare a hand-written reverse kernel for the calls where it
-is exact: one traversal, the per-pair adjoint quantities from one shape evaluation, and
-atomic scatters into the inputs' gradient buffers (docs/performance.md).
+carry custom adjoints where Warp's own would be wrong, e.g. the kernel gradient at r = 0) but
+not cheap: Warp's adjoint of a neighbour loop replays the loop's forward, and every
+differentiated function replays the forward of what it calls, so one backward evaluates the
+kernel shape several times per pair. An operator may declare a hand-written reverse kernel
+for the calls where it is exact: one traversal, the per-pair adjoint quantities from one shape
+evaluation, and atomic scatters into the inputs' gradient buffers (docs/performance.md).
 
 `ReverseSpec(kernel, eligible, build)`:
 

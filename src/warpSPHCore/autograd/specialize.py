@@ -1,4 +1,4 @@
-"""Per-configuration specialised kernels: the bridge's side (issue 15).
+"""Per-configuration specialised kernels: the bridge's side.
 
 An operator may declare ``OperatorSpec.specialize``, a factory ``(config) -> kernel | None``
 that returns a forward-only kernel compiled for exactly the configuration of a call

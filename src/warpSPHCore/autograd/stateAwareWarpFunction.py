@@ -1,5 +1,5 @@
 """`StateAwareWarpFunction`: the torch.autograd bridge around one Warp launch
-(`autodiff.md` §6; pitfalls W19-W26, W37-W39, W64, W75-W77, W82).
+(design: docs/autograd.md).
 
 ``StateAwareWarpFunction.apply(jvp_fn, build_fn, launcher, kernel, output_shape,
 output_dtype, *flat_tensors)``
@@ -19,7 +19,8 @@ before the per-position gradients and `jvp` drops the six leading tangents.
     unchanged. Returns the kernel's positional argument list **before the outputs**
     (structs, arrays, scalars, in kernel-ABI order); the launcher appends the outputs.
     ``use_bundle=True`` allows persistent structs (`util.stateBundle`) and is passed only
-    when nothing requires grad (W25); otherwise every struct must be fresh and call-local.
+    when nothing requires grad (a `wp.Tape` re-reads struct fields at backward time);
+    otherwise every struct must be fresh and call-local.
     Optional ``build_fn.side``: a list of tensors the call needs but `apply` does not track
     (`wrapper._launchFlat`'s pruned inert tensors); the bridge passes their cached views as
     ``side=`` and, when the call records a gradient, saves them and sets
@@ -55,10 +56,11 @@ saved-tensor hooks: the forward-mode rule (``ctx.double_fn``) that a differentia
     (``tape.record_func``); ``ctx.reverse_route`` names the reverse kernel (None: Warp's
     generated adjoint).
 
-Gates (`util.gates`: read once at import, `refreshGates()` re-reads): ``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds
-grad-path views every call), ``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireView`),
-``WARPSPHCORE_DISABLE_BUNDLE`` (in `util.stateBundle`), ``WARPSPHCORE_DISABLE_REVERSE_KERNELS``
-(in `reverse`; "1" keeps every call on the tape path).
+Gates (`util.gates`: read once at import, `refreshGates()` re-reads):
+``WARPSPHCORE_FIELD_CACHE_GRAD`` (default on; "0" rebuilds grad-path views every call),
+``WARPSPHCORE_DISABLE_FIELD_CACHE`` (in `acquireView`), ``WARPSPHCORE_DISABLE_BUNDLE`` (in
+`util.stateBundle`), ``WARPSPHCORE_DISABLE_REVERSE_KERNELS`` (in `reverse`; "1" keeps every
+call on the tape path).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def fieldCacheGradEnabled() -> bool:
 
 class _StreamScope:
     """Make torch's current stream Warp's current stream for `device` (CUDA only), so the
-    tape's adjoint launches, seed copies and ``zero_()`` memsets follow torch (§16)."""
+    tape's adjoint launches, seed copies and ``zero_()`` memsets follow torch."""
 
     __slots__ = ("_scope",)
 
@@ -184,7 +186,7 @@ def _liveTangentMask(tangents) -> list:
                              for k in idx])
         if errors is not None:  # earlier kernels' skipped indices ride along
             flags = torch.cat([flags, errors])
-        values = flags.tolist()  # the one readback of the call (§6.4, §15)
+        values = flags.tolist()  # the one host readback of a dual call
     if errors is not None:
         reportErrorValues(values[len(idx):], device)
     for k, v in zip(idx, values):
@@ -280,8 +282,9 @@ class StateAwareWarpFunction(torch.autograd.Function):
             warpArrays = _views(flat_tensors, isTensor, needsGrad, useCache, zero=False)
             sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
 
-        # 4. build (persistent structs only without grad, W25; a call being captured into a
-        #    call plan gets structs of its own, which the plan keeps)
+        # 4. build (persistent structs only without grad: a tape re-reads struct fields at
+        #    backward time; a call being captured into a call plan gets structs of its own,
+        #    which the plan keeps)
         useBundle = (not anyRG) and not bundleDisabled() and activeCapture() is None
         with recordFunction("warpSPHCore::bridge::build"):
             args = _build(build_fn, warpArrays, sideViews, useBundle)
@@ -315,7 +318,7 @@ class StateAwareWarpFunction(torch.autograd.Function):
         multi = isinstance(result, (tuple, list))
         outs = tuple(result) if multi else (result,)
         for o in outs:
-            if o.__dict__.pop(COURIER, None) is None:  # break the tensor <-> view cycle (W26)
+            if o.__dict__.pop(COURIER, None) is None:  # break the tensor <-> view cycle
                 raise RuntimeError(
                     f"StateAwareWarpFunction: the launcher of kernel {_kernelName(kernel)} "
                     f"returned an output without its recorded Warp view ({COURIER!r})"
@@ -404,7 +407,8 @@ class StateAwareWarpFunction(torch.autograd.Function):
             )
             return z if ctx.multi_output else z[0]
 
-        # empty outputs: shape-correct zero tangents, no readback (§6.4, W64)
+        # empty outputs: shape-correct zero tangents, no readback (and no amax of an empty
+        # tangent, which would raise)
         if all(_numel(m[0]) == 0 for m in meta):
             return zeros()
         mask = _liveTangentMask(flat)
@@ -451,7 +455,8 @@ def _firstOrderGrads(ctx, unique, grad_outputs) -> tuple:
         sideViews = [getCachedWarpArray(t, use_cache=True) for t in side]
         args = _build(ctx.build_fn, warpArrays, sideViews, False)
         # 2. the tape: the reverse kernel's launch, or the primal launch recorded (not
-        #    run) into fresh zero outputs that own their adjoint buffers (W24, W62)
+        #    run) into fresh zero outputs that own their adjoint buffers (never the caller's
+        #    grad_output, which the tape would consume and zero)
         tape = wp.Tape()
         reverse = ctx.reverse
         if reverse is not None:
@@ -470,7 +475,8 @@ def _firstOrderGrads(ctx, unique, grad_outputs) -> tuple:
         if reverse is not None:
             recordReverse(tape, reverse, ctx.build_fn.config, args, views, warpArrays)
 
-        # 3. seeds, copied into the outputs' own adjoint buffers by the tape (W24)
+        # 3. seeds, copied into the outputs' own adjoint buffers by the tape (never assigned
+        #    as ``array.grad``)
         seeds = {}
         for view, g, meta in zip(views, grad_outputs, ctx.output_meta):
             if g is None or not meta[3] or g.numel() == 0:
@@ -486,10 +492,11 @@ def _firstOrderGrads(ctx, unique, grad_outputs) -> tuple:
                 continue
             wa = warpArrays[pos]
             if id(wa) in seen:
-                grads.append(None)  # aliased role: already reported in full (W20)
+                grads.append(None)  # aliased role: already reported in full (twice would double it)
                 continue
             seen.add(id(wa))
-            grads.append(_gradTensor(wa).clone().view(ctx.input_shapes[pos]))  # W23
+            # cloned: tape.zero() below clears the buffer
+            grads.append(_gradTensor(wa).clone().view(ctx.input_shapes[pos]))
         tape.zero()
     if eagerErrorChecks() and ctx.output_meta:
         checkErrors(ctx.output_meta[0][2])

@@ -1,5 +1,4 @@
-"""Torch and Warp on one CUDA stream, and CUDA graph capture of mixed torch/Warp work
-(`autodiff.md` §16).
+"""Torch and Warp on one CUDA stream, and CUDA graph capture of mixed torch/Warp work.
 
 Every launch of this library already runs on torch's *current* stream for the tensors'
 device (looked up per launch), so ordering between torch and Warp work follows from sharing

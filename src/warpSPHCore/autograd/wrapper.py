@@ -1,5 +1,4 @@
-"""The shared launch engine `_launch`, the positional shim `warpWrapper2` and `asScalarArg`
-(`autodiff.md` §7).
+"""The shared launch engine `_launch`, the positional shim `warpWrapper2` and `asScalarArg`.
 
 `_launch` extracts the 36-slot state (`extractStateInfo`), appends the TENSOR extras from slot
 36 on, keeps SCALAR extras by position, prunes inert tensors (no forward tangent and no
@@ -8,7 +7,8 @@
 Pruned tensors travel as ``build_fn.side``: the bridge converts them to their cached views,
 merges them back through ``build_fn(..., side=views)`` and saves them for backward when the
 call records a gradient; the kinds slots 8 and 9 are never pruned from a call that has any
-grad-requiring or dual input (they must be saved for torch's version check, §12).
+grad-requiring or dual input (they are saved, so that torch's version check catches an
+in-place change of the kinds before backward).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def asScalarArg(value, device=None, dtype=None) -> torch.Tensor:
 
 
 def _castScalar(value, scalar):
-    """SCALAR extras in the call's precision (Python floats would be float32, W7)."""
+    """SCALAR extras in the call's precision (`wp.launch` infers a Python float as float32)."""
     if isinstance(value, bool):
         return wp.bool(value)
     if isinstance(value, int):

@@ -1,6 +1,7 @@
-"""Correction builders (`operators.md` §4): CRK factors, gradient renormalization matrices,
-the grad-h Omega helper, and the consistent second derivatives (issue 18:
-`computeLaplacianCorrection`, `consistentLaplacian`, `consistentHessian`). Every Warp launch runs through the autograd bridge, sync-free.
+"""Correction builders: CRK factors, gradient renormalization matrices, the grad-h Omega
+helper, and the consistent second derivatives (`computeLaplacianCorrection`,
+`consistentLaplacian`, `consistentHessian`). Every Warp launch runs through the autograd
+bridge, sync-free.
 """
 
 from .crk import computeCRKFactors, computeCRKFactorsJVP

@@ -1,4 +1,4 @@
-"""Warp kernels of the CRK correction builder (`operators.md` §4.3, `autodiff.md` §8.3).
+"""Warp kernels of the CRK correction builder (`crk.computeCRKFactors`, docs/corrections.md).
 
 Three declared operator kernels in the canonical ABI, launched through `launchOperator` (and
 therefore differentiable in reverse mode through the bridge):
@@ -29,7 +29,7 @@ therefore differentiable in reverse mode through the bridge):
   A, B): ``rho_i = sum_j m_j V_j W^R_ij / sum_j V_j^2 W^R_ij``, 0 when the denominator is
   exactly 0 or the query is masked. One thread per query.
 
-Forward mode (`autodiff.md` §9.8), two Tier-2 JVP kernels in the `jvpCommon` ABI, launched
+Forward mode (`crk.computeCRKFactorsJVP`), two Tier-2 JVP kernels in the `jvpCommon` ABI, launched
 with `launchGeometryJVP` (reverse-differentiable through the bridge: reverse over forward):
 
 * `crkVolumeJVPKernel` (the volume call's context: Gather on R, query = reference = R, the R
@@ -43,8 +43,10 @@ with `launchGeometryJVP` (reverse-differentiable through the bridge: reverse ove
   d grad W / dh under the Scatter rule). Layout per query ``[m0 | m1 | m2 | dm0 | dm1 |
   dm2]`` as the primal outputs; a masked query gets zeros.
 
-Pitfalls: loops only accumulate (`makeNeighborSum`), and every 1/x or ratio is applied one
-level up in the kernel on the returned raw sums (W3, W4); no ternaries on array reads (W1).
+Warp reverse-mode pitfalls avoided: loops only accumulate (`makeNeighborSum`), and every 1/x
+or ratio is applied one level up in the kernel on the returned raw sums (Warp loses part of
+the adjoint of a loop accumulator divided or used non-linearly inside the looped function);
+no ternaries on array reads (a ternary reading an array could zero that array's adjoint).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def crkMomentComponents(d: int) -> int:
 # --------------------------------------------------------------------------------------
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def crkVolumePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                       dom: Any, corr: Any, ks: Any, extra: Any):
@@ -126,7 +128,7 @@ def crkVolumeKernel(queryState: Any, referenceState: Any, domainState: Any,
             s = crkVolumeGridSum(gridState, cell, i, 0, 1, queryState, referenceState, domainState,
                                  correctionData, ks, referenceState.masses)
     V = zero
-    # the division lives here, on the returned raw sum (W4)
+    # the division lives here, on the returned raw sum (inside the loop it breaks the adjoint)
     if s != zero:
         V = type(s)(1.0) / s
     out[i] = V
@@ -186,7 +188,7 @@ def crkMomentComponent_ij(c: wp.int32, d: wp.int32, x_ij: Any, W_ij: Any, gradW_
     return res
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def crkMomentPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                       dom: Any, corr: Any, ks: Any, extra: Any):
@@ -239,7 +241,7 @@ def crkMomentsKernel(queryState: Any, referenceState: Any, domainState: Any,
     o4 = o3 + d
     o5 = o4 + dd
     o6 = o5 + dd * d
-    # every output element is written exactly once (W76)
+    # every output element is written exactly once (Warp accumulates the adjoints of overwrites)
     if c < 1:
         m0[i] = val
     elif c < o2:
@@ -265,7 +267,7 @@ declareStateOverloads(crkMomentsKernel, {name: "scalar" for name in
 # --------------------------------------------------------------------------------------
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def crkDensityPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                        dom: Any, corr: Any, ks: Any, extra: Any):
@@ -314,7 +316,7 @@ def crkDensityKernel(queryState: Any, referenceState: Any, domainState: Any,
             den = crkDensityGridSum(gridState, cell, i, 1, 2, queryState, referenceState,
                                     domainState, correctionData, ks, referenceState.masses)
     rho = zero
-    # the ratio lives here, on the returned raw sums (W4)
+    # the ratio lives here, on the returned raw sums (inside the loop it breaks the adjoint)
     if den != zero:
         rho = num / den
     out[i] = rho
@@ -324,7 +326,7 @@ declareStateOverloads(crkDensityKernel, {"out": "scalar"})
 
 
 # --------------------------------------------------------------------------------------
-# Forward mode (autodiff.md §9.8)
+# Forward mode
 # --------------------------------------------------------------------------------------
 
 
@@ -412,7 +414,7 @@ def crkMomentComponentJVP_ij(c: wp.int32, d: wp.int32, x_ij: Any, W_ij: Any, gra
     return res
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def crkMomentJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                          dom: Any, corr: Any, ks: Any, t: Any):

@@ -17,9 +17,10 @@ so that a Brookshaw call with the renormalization slot set to -B/2 sums exactly
 ``sum_j V_j (f_j - f_i) B : w_ij``. V_j is the reference volume (or m_j / rho_j), masked
 references are skipped, masked queries get zeros. Reverse mode comes from Warp's adjoint
 through the bridge; an untaped launch takes the kernel specialised on the call's
-configuration (`_laplacianSpecialized`, same layout and arithmetic, bitwise equal). Forward mode: `laplacianMomentsJVPKernel`, the product rule on every
-factor (dV_j, dx_ij, dG_ij, and dD = x.dx / r + 1e-8 dh_ij); a pair with r = 0 contributes 0
-with tangent 0 (every moment is at least quadratic in x_ij there, and G(0) = 0).
+configuration (`_laplacianSpecialized`, same layout and arithmetic, bitwise equal). Forward
+mode: `laplacianMomentsJVPKernel`, the product rule on every factor (dV_j, dx_ij, dG_ij, and
+dD = x.dx / r + 1e-8 dh_ij); a pair with r = 0 contributes 0 with tangent 0 (every moment is
+at least quadratic in x_ij there, and G(0) = 0).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def laplacianMomentsKernel(queryState: Any, referenceState: Any, domainState: An
                                          referenceState, domainState, correctionData, ks,
                                          referenceState.masses)
     base = (i * nb + blk) * d * d
-    # every output element is written exactly once (W76); constant bounds, guarded by d
+    # every output element is written exactly once (Warp accumulates the adjoints of
+    # overwrites); constant bounds, guarded by d
     for b in range(3):
         for c in range(3):
             if b < d and c < d:
@@ -155,7 +157,7 @@ def _weightJVP(p: wp.int32, q: wp.int32, x_ij: Any, G: Any, D2: Any, dx: Any, dG
     return num / (type(D2)(2.0) * D2) - type(D2)(2.0) * w * dD_over_D
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def laplacianMomentJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                                r: Any, dom: Any, corr: Any, ks: Any, t: Any):

@@ -1,5 +1,5 @@
 """The consistent Laplacian's moments kernel (`_laplacianKernels.laplacianMomentsKernel`)
-specialised on a call's configuration (`operators._specialized`; issue 18): forward only, for
+specialised on a call's configuration (`operators._specialized`): forward only, for
 the launches no tape records.
 
 No `from __future__ import annotations`: the generated Warp functions' annotations name

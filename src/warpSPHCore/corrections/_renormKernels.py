@@ -1,8 +1,8 @@
-"""Warp kernels of the renormalization pseudo-inverse helpers (`operators.md` §4.4).
+"""Warp kernels of the renormalization pseudo-inverse helpers.
 Launched only through the bridge (`renormalization.py`); never with a bare ``wp.launch``
-(W33). Every float32/float64 overload of the three kernels is declared at import, so the
-module is compiled once and never reloaded by a launch adding an overload (W79,
-`testing.md` §17).
+(which would be a silent hole in the gradient). Every float32/float64 overload of the three
+kernels is declared at import, so the module is compiled once and never reloaded by a launch
+adding an overload.
 
 Pseudo-inverse kernels, one thread per row, generic over the scalar type (one kernel per d,
 because the 2D and 3D algebra differ):
@@ -13,17 +13,18 @@ because the 2D and 3D algebra differ):
   plain inverse of ``[[a, b], [b, c]]`` when ``|big| > 1e-12`` and
   ``|small| > 1e-6 |big|``, else eigenvector reconstruction with the single angle
   ``theta = atan2(2b, a - c)/2`` and each eigenvalue inverted on its own test. Outputs L and
-  eigVals = (big, small). The square root is `safeSqrt`, whose adjoint is 0 at 0 (W9): at
+  eigVals = (big, small). The square root is `safeSqrt`, whose adjoint is 0 at 0: at
   exact isotropy ``(a - c)^2 + 4 b^2 = 0`` and Warp's own sqrt adjoint would be 0 * inf.
 * `pinv3Kernel` (C ``[N]`` of mat33, unsymmetrised): ``wp.svd3``; when every singular value
   exceeds ``1e-6 sigma_max`` the plain inverse ``wp.inverse(C)`` (adjoint ``-L^T adj L^T``,
   exact), else the truncated SVD form ``V diag(g(sigma)) U^T``. The branch choice is not
   differentiated. Warp's svd3 adjoint guards its ``1/(s_k^2 - s_l^2)`` factors with an
-  epsilon, so the (zero-seeded) svd3 adjoint of the plain-inverse branch stays finite
-  (W85); in the truncated branch it is exact for distinct singular values.
+  epsilon, so the (zero-seeded) svd3 adjoint of the plain-inverse branch stays finite; in the
+  truncated branch it is exact for distinct singular values.
 
 This module has no ``from __future__ import annotations``: the concrete `safeSqrt` overloads
-are created in a loop and their annotations must be evaluated at definition time (W14).
+are created in a loop and their annotations must be evaluated at definition time (Warp's
+custom adjoints accept no generic argument, so there is one overload per scalar type).
 """
 
 from typing import Any
@@ -32,12 +33,14 @@ import warp as wp
 
 __all__ = ["safeSqrt", "pinv1Kernel", "pinv2Kernel", "pinv3Kernel"]
 
-# Cutoffs of operators.md §4.4 (module-level Python floats, converted at use: W6).
+# Pseudo-inverse cutoffs (module-level Python floats, converted at use: a constant expression
+# inside a kernel would be evaluated in float32).
 _CUT_1D = 1e-10
 _CUT_BIG = 1e-12
 _CUT_REL = 1e-6
 
-# --- sqrt with a zero adjoint at 0 (W9, W14: concrete overloads per scalar type) ----------
+# --- sqrt with a zero adjoint at 0 (concrete overloads per scalar type) ------------------------
+# (`wp.func_grad` rejects generic arguments.)
 
 for _scalarT in (wp.float32, wp.float64):
 
@@ -74,7 +77,7 @@ def pinv1Kernel(C: wp.array(dtype=Any), L: wp.array(dtype=Any)):
 
 @wp.func
 def _invOrZero(lam: Any, keep: wp.bool):
-    """1/lam when `keep`, else 0 (explicit if/else, W1)."""
+    """1/lam when `keep`, else 0 (explicit if/else: a ternary can zero Warp adjoints)."""
     res = type(lam)(0.0)
     if keep:
         res = type(lam)(1.0) / lam
@@ -151,7 +154,8 @@ def pinv3Kernel(C: wp.array(dtype=Any), L: wp.array(dtype=Any)):
 
 
 def _declareOverloads() -> None:
-    """Declare the float32/float64 overloads of the three kernels (W79)."""
+    """Declare the float32/float64 overloads of the three kernels (at import, so that no launch
+    adds one and reloads the module)."""
     for s in (wp.float32, wp.float64):
         m2 = wp.types.matrix(shape=(2, 2), dtype=s)
         m3 = wp.types.matrix(shape=(3, 3), dtype=s)

@@ -1,17 +1,17 @@
-"""CRK correction builder `computeCRKFactors` (`operators.md` §4.3).
+"""CRK correction builder `computeCRKFactors` (docs/corrections.md).
 
-Pipeline (kinds masking with `operationMode` in every step, `operators.md` §6; no lattice
+Pipeline (kinds masking with `operationMode` in every step, docs/particle-kinds.md; no lattice
 calibration; x_ij is the minimum image):
 
 1. apparent volume on the reference set R (Gather): ``V_j = 1 / sum_{k in R} W(x_jk, h_j)``
    (Warp kernel `_crkKernels.CRK_VOLUME_SPEC`);
 2. moments m0, m1, m2 and their query-position derivatives dm0, dm1, dm2 (Scatter, V_j held
    constant in the spatial derivatives) plus the visited-pair count (`CRK_MOMENTS_SPEC`);
-3. limiter: a row with ``count < 2`` or ``|det m2| / h_i^(2d) < 1e-14`` (the spec's test), or
-   whose Schur complement ``s = m0 - m1.M m1`` is ``<= tau m0`` (deviation below), gets the
-   constants ``m0 = 1, m1 = 0, m2 = I, dm* = 0`` (element-wise select BEFORE any division, so
-   the row's correction is exactly the identity with exactly zero adjoint and no NaN in
-   backward);
+3. limiter: a row with ``count < 2`` or ``|det m2| / h_i^(2d) < 1e-14`` (the determinant
+   test), or whose Schur complement ``s = m0 - m1.M m1`` is ``<= tau m0`` (the Schur test,
+   below), gets the constants ``m0 = 1, m1 = 0, m2 = I, dm* = 0`` (element-wise select BEFORE
+   any division, so the row's correction is exactly the identity with exactly zero adjoint
+   and no NaN in backward);
 4. with ``M = m2^-1`` (closed form, d <= 3):
    ``A = 1 / (m0 - m1.M m1)``, ``B = -M m1``,
    ``gradA_k = -A^2 (dm0_k - 2 (M m1).dm1[:, k] + (M m1).dm2[k] (M m1))``,
@@ -20,19 +20,18 @@ calibration; x_ij is the minimum image):
 5. diagnostic density (Scatter): ``rho_i = sum_j m_j V_j W^R_ij / sum_j V_j^2 W^R_ij`` with
    the step-4 A, B (`CRK_DENSITY_SPEC`); 0 when the denominator is exactly 0.
 
-Forward mode (`computeCRKFactorsJVP`, `autodiff.md` §9.8): ``dV_j = -V_j^2 sum_k dW_jk`` and
-the moment tangents from the Tier-2 kernels of `_crkKernels` (dV_j enters as the reference
-volume tangent), the same limiter decision (limited rows: zero tangent, selected before any
-algebra), then the exact derivatives of step 4 in torch (`_termsJVP`: ``dM = -M dm2 M`` and
-the product rule on A, B, gradA, gradB). No `jvp()` rule is registered on the primal
-launches: a dual tensor given to `computeCRKFactors` raises NotImplementedError naming
-`computeCRKFactorsJVP`.
+Forward mode (`computeCRKFactorsJVP`): ``dV_j = -V_j^2 sum_k dW_jk`` and the moment tangents
+from the Tier-2 kernels of `_crkKernels` (dV_j enters as the reference volume tangent), the
+same limiter decision (limited rows: zero tangent, selected before any algebra), then the
+exact derivatives of step 4 in torch (`_termsJVP`: ``dM = -M dm2 M`` and the product rule on
+A, B, gradA, gradB). No `jvp()` rule is registered on the primal launches: a dual tensor
+given to `computeCRKFactors` raises NotImplementedError naming `computeCRKFactorsJVP`.
 
 Steps 3 and 4 are sync-free torch glue (element-wise `torch.where`, hand-written closed-form
-inverses; no `torch.linalg` routine, no readback, `autodiff.md` §15).
+inverses; no `torch.linalg` routine, since several of them synchronise on CUDA; no readback).
 
-Deviation from the spec (limiter, in the spirit of its difference d). The spec's test only
-looks at m2, but ``A = 1 / s`` needs the full moment matrix ``[[m0, m1^T], [m1, m2]]`` (a sum
+The Schur test (a limiter beyond the determinant test). The determinant test only looks at
+m2, but ``A = 1 / s`` needs the full moment matrix ``[[m0, m1^T], [m1, m2]]`` (a sum
 of ``V_j W_ij [1; x_ij] [1; x_ij]^T``, positive semi-definite) to be regular, and
 ``s = det(full) / det(m2)``. The full matrix is singular while m2 is not when a query without
 a self pair (distinct reference set, or its own kind masked by the mode) sees in-support
@@ -49,8 +48,8 @@ surface or corner, against the cut ``A m0 > 1 / tau`` (6.7e7, 2.9e3). A row with
 two in-support pairs is always singular (m2 = 0 with only the self pair, rank-one full
 matrix with one pair), so this test also makes the decision traversal-independent without a
 second count. Evaluation stays sync-free: M and s are computed (detached) from the inputs
-already filtered by the spec's test, the Schur-limited rows are added to the mask, and the
-constants are selected once for all limited rows before the algebra of step 4.
+already filtered by the determinant test, the Schur-limited rows are added to the mask, and
+the constants are selected once for all limited rows before the algebra of step 4.
 """
 
 from __future__ import annotations
@@ -76,7 +75,8 @@ _kernels = LazyModule(f"{__package__}._crkKernels")
 __all__ = ["computeCRKFactors", "computeCRKFactorsJVP"]
 
 _WHERE = "computeCRKFactors"
-#: Limiter threshold on |det m2| / h^(2d) (`operators.md` §4.3 step 3).
+#: Limiter threshold on |det m2| / h^(2d) (step 3; m2 scales like h^2, so the test is
+#: scale-invariant).
 LIMITER_DET_THRESHOLD = 1e-14
 
 
@@ -157,16 +157,16 @@ def _rejectDuals(*states):
 
 
 def _limiterMask(m0, m1, m2, count, h, d):
-    """Step 3's decision (detached): the spec's test, then the Schur test (module doc)."""
+    """Step 3's decision (detached): the determinant test, then the Schur test (module doc)."""
     n = m0.shape[0]
     zero = torch.zeros((), dtype=m0.dtype, device=m0.device)
     one = torch.ones((), dtype=m0.dtype, device=m0.device)
     eye = torch.eye(d, dtype=m0.dtype, device=m0.device).expand(n, d, d)
-    # spec test (`operators.md` §4.3 step 3)
+    # determinant test (and fewer than two visited pairs)
     m0d, m1d, m2d = m0.detach(), m1.detach(), m2.detach()
     limited = ((count < 2)
                | (_det(m2d, d).abs() / h.detach() ** (2 * d) < LIMITER_DET_THRESHOLD))
-    # deviation (module doc): Schur complement from the first-pass-safe inputs, detached
+    # Schur test (module doc): Schur complement from the first-pass-safe inputs, detached
     m0d = torch.where(limited, one, m0d)
     m1d = torch.where(limited[:, None], zero, m1d)
     m2d = torch.where(limited[:, None, None], eye, m2d)
@@ -176,7 +176,8 @@ def _limiterMask(m0, m1, m2, count, h, d):
 
 def _replaceLimited(limited, m0, m1, m2, dm0, dm1, dm2, d, constants=True):
     """Limited rows' inputs replaced BEFORE any division: the constants ``m0 = 1, m1 = 0,
-    m2 = I, dm* = 0`` (exact identity, zero adjoint, W66), or with ``constants=False`` (the
+    m2 = I, dm* = 0`` (exact identity, zero adjoint; selecting after the singular algebra would
+    leak NaN gradients from the unselected branch), or with ``constants=False`` (the
     tangents of the moments) zeros everywhere."""
     n = m0.shape[0]
     zero = torch.zeros((), dtype=m0.dtype, device=m0.device)
@@ -247,7 +248,7 @@ def _volumeAndMoments(queryParticles, domain, kernel, operationMode, adjacency,
 def computeCRKFactors(queryParticles, domain, kernel,
                       operationMode=OperationDirection.AllQueriesNonGhostReferences,
                       adjacency=None, referenceState=None, *, referenceAdjacency=None):
-    """CRK correction factors of the query particles (`operators.md` §4.3; module doc).
+    """CRK correction factors of the query particles (module doc).
 
     Args:
         queryParticles: `ParticleState` (positions ``[N_q, d]``, supports, masses, int32 kinds).
@@ -292,7 +293,7 @@ def computeCRKFactors(queryParticles, domain, kernel,
 
 
 # --------------------------------------------------------------------------------------
-# Forward mode (`autodiff.md` §9.8)
+# Forward mode
 # --------------------------------------------------------------------------------------
 
 _WHERE_JVP = "computeCRKFactorsJVP"
@@ -367,24 +368,24 @@ def computeCRKFactorsJVP(queryParticles, domain, kernel, queryTangentState,
                          operationMode=OperationDirection.AllQueriesNonGhostReferences,
                          adjacency=None, referenceState=None, referenceTangentState=None, *,
                          referenceAdjacency=None):
-    """Forward mode of `computeCRKFactors` (`autodiff.md` §9.8): the primal ``V`` and
+    """Forward mode of `computeCRKFactors`: the primal ``V`` and
     `CRKState` with their tangents in the direction of the particle tangents.
 
     Args:
-        queryParticles: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        domain: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        kernel: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        operationMode: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        adjacency: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        referenceState: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
-        referenceAdjacency: primal argument, as for `computeCRKFactors` (same kinds masking, traversals and
-            limiter).
+        queryParticles: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        domain: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        kernel: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        operationMode: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        adjacency: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        referenceState: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
+        referenceAdjacency: primal argument, as for `computeCRKFactors` (same kinds masking,
+            traversals and limiter).
         queryTangentState: `ParticleTangentState` of the query set (positions ``[N_q, d]``,
             supports ``[N_q]``; None fields or None: zero). Masses and densities are accepted
             and not read (no returned output depends on them).

@@ -1,17 +1,18 @@
-"""Grad-h helper (`operators.md` §4.2): the Omega terms the caller passes as `gradHState`.
+"""Grad-h helper: the Omega terms the caller passes as `gradHState` (docs/corrections.md).
 
 ``Omega_i = 1 + (h_i / (d rho_i)) N sum_j m_j dW(x_ij, h_i)/dh_i``
 
-* the query support h_i (Gather) whatever `supportMode` says; dW/dh of `kernels.md` §5.1;
+* the query support h_i (Gather) whatever `supportMode` says; dW/dh the kernel's analytic
+  support derivative ``-(C_d / h^(d+1)) (d k + q k')`` (`kernels.evaluation.sphKernelDkDh`);
 * rho_i the query densities (required); m_j the reference masses;
-* kinds masking with `operationMode` (`operators.md` §6): a masked query gets Omega = 1,
+* kinds masking with `operationMode` (docs/particle-kinds.md): a masked query gets Omega = 1,
   masked references are skipped;
 * N: the lattice calibration factor of the properties (1 without calibration).
 
 One Warp kernel in the canonical ABI (`omegaKernel`, this module) launched with
-`launchOperator` (`autodiff.md` §8.3: "grad-h Omega helper, no JVP"): reverse mode w.r.t.
-positions, supports, masses and densities through the bridge; a live forward-mode tangent
-raises `NotImplementedError` (no JVP rule is registered). No host sync.
+`launchOperator`: reverse mode w.r.t. positions, supports, masses and densities through the
+bridge; a live forward-mode tangent raises `NotImplementedError` (no JVP rule is
+registered). No host sync.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["computeOmega", "omegaPairTerm", "omegaKernel", "OMEGA_SPEC"]
 _WHERE = "computeOmega"
 
 
-# inline=False: one compiled copy shared by the CSR and grid traversals (testing.md §17).
+# inline=False: one compiled copy shared by the CSR and grid traversals (less compile time).
 @wp.func(inline=False)
 def omegaPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                   dom: Any, corr: Any, ks: Any, extra: Any):
@@ -59,7 +60,8 @@ def omegaKernel(queryState: Any, referenceState: Any, domainState: Any,
     one = type(ks.normalizationCoefficient)(1.0)
     omega = one
     if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        # the looped function only accumulates; the ratio is taken here (W3, W4)
+        # the looped function only accumulates; the ratio is taken here (a division inside
+        # the loop's function would lose part of Warp's adjoint)
         if useAdjacency:
             s = omegaCsrSum(adjacencyState, i, 0, 1, queryState, referenceState, domainState,
                             correctionData, ks, referenceState.masses)
@@ -83,7 +85,7 @@ def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
 
-#: grad-h Omega helper (`autodiff.md` §8.3): reverse mode only, ``jvp=None`` (a live
+#: grad-h Omega helper: reverse mode only, ``jvp=None`` (a live
 #: forward-mode tangent raises NotImplementedError in the bridge).
 OMEGA_SPEC = OperatorSpec(
     kernel=omegaKernel,

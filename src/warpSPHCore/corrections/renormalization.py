@@ -1,10 +1,10 @@
-"""Gradient renormalization matrices (`operators.md` §4.4).
+"""Gradient renormalization matrices (docs/corrections.md).
 
 ``computeRenormalizationMatrices`` builds, per query particle i,
 
 * ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` and the count ``n_i = #{j : W^R_ij > 0}`` with
   `warpOperation` (Covariance, every correction passed) on a `dataclasses.replace` copy of
-  the caller's properties (the caller's object is never mutated, W32);
+  the caller's properties (the caller's object is never mutated);
 * the identity in place of ``C_i`` where ``n_i < d + 2`` (element-wise `torch.where`, no
   host sync); the adjoint of a replaced row is exactly zero;
 * ``L_i = pinv(C_i)`` per dimension (1D ``1/C`` above 1e-10; 2D closed form on the
@@ -14,25 +14,27 @@
 Design decision (how the pseudo-inverse helpers are "launched through the bridge"): every
 pseudo-inverse is a small one-thread-per-row Warp kernel (`_renormKernels.py`) launched with
 ``StateAwareWarpFunction.apply`` and its own ``build_fn`` (the kernel arguments are just C
-and the outputs), like the other bridged launchers of `autodiff.md` §2 (CRK, grad-h, HVP).
+and the outputs), like the other launches outside the operators (CRK, grad-h, HVP): every
+Warp launch reachable from a differentiable pipeline goes through the bridge.
 The canonical ABI via `launchOperator` was not used: the helpers take a bare ``C`` and
 have no particle state, and a fake `SPHContext` would drag 36 unrelated slots (and an
 on-the-fly grid build) into every call. Consequences:
 
 * reverse mode end to end through Warp's tape: the branches are dynamic ``if``s, so only
   the taken branch is differentiated (no ``0 * inf`` from an untaken branch), the 2D square
-  root has a zero adjoint at 0 (W9) and the 3D plain-inverse branch has the exact adjoint
-  ``-L dC L`` (W85);
+  root has a zero adjoint at 0 (its true derivative is infinite there) and the 3D
+  plain-inverse branch has the exact adjoint ``-L dC L`` (the SVD's own derivative is unstable
+  at repeated singular values);
 * sync-free: no ``.item()``, no synchronising ``torch.linalg`` routine, no data-dependent
   Python branch; the 3D eigenvalues are a closed-form torch computation;
 * forward mode: the pseudo-inverse launches carry the JVP rule ``dL = -L dC L`` (2D: of the
   symmetrised C, with the eigenvalue tangents), so dual tensors pass through
   `computeRenormalizationMatrices` wherever the Covariance dual route does (no CRK state);
-  the explicit entry point is
-  `computeRenormalizationMatricesJVP` (`autodiff.md` §9.9): dC from the Covariance geometry
-  JVP (`warpOperationJVP`), zeroed on identity-fallback rows, then ``dL = -L dC L`` in torch
-  (1D: ``-dC / C^2`` where ``C > 1e-10``, else 0, which is the same expression since L = 0
-  there; 2D: dC symmetrised like C, the exact derivative of the well-conditioned branch).
+  the explicit entry point is `computeRenormalizationMatricesJVP`: dC from the Covariance
+  geometry JVP (`warpOperationJVP`), zeroed on identity-fallback rows, then ``dL = -L dC L``
+  in torch (1D: ``-dC / C^2`` where ``C > 1e-10``, else 0, which is the same expression since
+  L = 0 there; 2D: dC symmetrised like C, the exact derivative of the well-conditioned
+  branch).
 
 eigVals: 1D ``C`` (``[N, 1]``, differentiable); 2D ``(big, small)`` (differentiable);
 3D the eigenvalues of ``(C + C^T)/2`` by decreasing magnitude (trigonometric closed form,
@@ -91,9 +93,9 @@ def _bridgeLaunch(kernel, C, outputDtypes, jvp=None):
 
 
 # Forward-mode rules of the pseudo-inverse launches: dL = -L dC L (the exact derivative on
-# full-rank rows; in the truncated branches the rule of `autodiff.md` §9.9, as in
-# `computeRenormalizationMatricesJVP`). L is relaunched on the primal C (no tangent), so the
-# tangent is reverse-differentiable (reverse over forward).
+# full-rank rows; in the truncated branches the same expression, which is not the derivative of
+# the truncated pseudo-inverse, as in `computeRenormalizationMatricesJVP`). L is relaunched on
+# the primal C (no tangent), so the tangent is reverse-differentiable (reverse over forward).
 
 
 def _inverseTangent(L, dC, symmetrise):
@@ -116,7 +118,8 @@ def _pinv2JVP(C, dC):
     dS = 0.5 * (dC + dC.transpose(1, 2))  # the kernel inverts the symmetrised C
     dL = _inverseTangent(L, dS, False)
     # eigenvalues (a + c +- root) / 2 of [[a, b], [b, c]], root = sqrt((a - c)^2 + 4 b^2),
-    # ordered (big, small) by magnitude like the kernel; d root = 0 where root = 0 (W9)
+    # ordered (big, small) by magnitude like the kernel; d root = 0 where root = 0 (as the
+    # kernel's safeSqrt adjoint)
     a, c = C[:, 0, 0], C[:, 1, 1]
     b = 0.5 * (C[:, 0, 1] + C[:, 1, 0])
     da, dc, db = dS[:, 0, 0], dS[:, 1, 1], dS[:, 0, 1]
@@ -176,7 +179,7 @@ def _identityFallback(C, n):
 
 
 def pinv1x1(C):
-    """1x1 pseudo-inverse: ``L = 1/C`` where ``C > 1e-10``, else 0 (`operators.md` §4.4).
+    """1x1 pseudo-inverse: ``L = 1/C`` where ``C > 1e-10``, else 0.
 
     Args:
         C: ``[N, 1, 1]`` float32/float64.
@@ -191,7 +194,7 @@ def pinv1x1(C):
 
 
 def pinv2x2_warpBackend(C, n=None):
-    """Closed-form 2x2 pseudo-inverse of the symmetrised C (`operators.md` §4.4).
+    """Closed-form 2x2 pseudo-inverse of the symmetrised C.
 
     ``b = (C01 + C10)/2``; eigenvalues ``(a + c +- sqrt((a - c)^2 + 4 b^2))/2`` ordered by
     magnitude into (big, small); the plain inverse of ``[[a, b], [b, c]]`` when
@@ -203,7 +206,7 @@ def pinv2x2_warpBackend(C, n=None):
         C: ``[N, 2, 2]``; n: int ``[N]`` neighbour counts or None (no fallback).
 
     Returns:
-        ``(L [N, 2, 2], eigVals [N, 2])``; reverse mode w.r.t. C (sqrt adjoint 0 at 0, W9).
+        ``(L [N, 2, 2], eigVals [N, 2])``; reverse mode w.r.t. C (sqrt adjoint 0 at 0).
     """
     _checkMatrices("pinv2x2_warpBackend", C, 2)
     C = _identityFallback(C, n)
@@ -266,7 +269,7 @@ def pinv3x3_warpBackend(C, n=None):
 
 
 def pinv_warp(C, n=None):
-    """Pseudo-inverse of ``C [N, d, d]`` dispatched by d (`operators.md` §4.4): rows with
+    """Pseudo-inverse of ``C [N, d, d]`` dispatched by d: rows with
     ``n < d + 2`` are replaced by the identity first (eigVals 1, zero adjoint), then
     `pinv1x1`, `pinv2x2_warpBackend` or `pinv3x3_warpBackend`.
 
@@ -290,7 +293,7 @@ def computeRenormalizationMatrices(queryParticles, operationProperties, domain,
                                    queryVolumes=None, referenceVolumes=None, adjacency=None,
                                    referenceParticles=None, crkState=None, gradHState=None,
                                    renormalizationState=None, returnEigVals=True):
-    """Gradient renormalization matrices ``L_i = pinv(C_i)`` (`operators.md` §4.4).
+    """Gradient renormalization matrices ``L_i = pinv(C_i)``.
 
     ``C_i = sum_j V_j (x_j - x_i) (x) G_ij`` (Covariance with every correction passed:
     volumes, CRK, a given renormalization; grad-h is accepted and ignored), rows with fewer
@@ -337,7 +340,7 @@ def computeRenormalizationMatricesJVP(queryParticles, operationProperties, domai
                                       tangentReferenceVolumes=None, adjacency=None,
                                       referenceParticles=None, referenceTangentState=None,
                                       returnEigVals=True):
-    """Forward mode of `computeRenormalizationMatrices` (`autodiff.md` §9.9).
+    """Forward mode of `computeRenormalizationMatrices`.
 
     * ``dC`` is the Covariance geometry JVP (`warpOperationJVP`, operation set to Covariance
       on a copy of the properties; its scope: positions, supports and densities of both

@@ -1,4 +1,4 @@
-"""A first-order-consistent SPH Laplacian and Hessian (issue 18): the correction builder
+"""A first-order-consistent SPH Laplacian and Hessian: the correction builder
 `computeLaplacianCorrection` and the operators `consistentLaplacian`, `consistentHessian`.
 
 Scheme (the structure of Fatehi & Manzari 2011, Comput. Math. Appl. 61: 482-498: a

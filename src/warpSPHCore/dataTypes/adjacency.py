@@ -1,4 +1,4 @@
-"""`AdjacencyList`: a CSR + COO neighbour list (`neighborhood.md` §2.1)."""
+"""`AdjacencyList`: a CSR + COO neighbour list."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`CompactHashMap`: the sync-free compact hash grid (`neighborhood.md` §2.2, §4)."""
+"""`CompactHashMap`: the sync-free compact hash grid (see docs/neighborhood.md)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ class CompactHashMap:
       ``hashMapLength``: L; ``searchRadius``: 1; ``numOffsets``: 3^D.
     * ``cellOffsets`` int32 ``[numOffsets, 3]``: stencil offsets (first axis slowest),
       zero-padded to 3 columns.
-    * ``validityFlags`` int32 ``[1]`` (device): bitfield of `neighborhood.md` §5.3 in bits
-      0-3 plus detail bits (see `warpSPHCore.neighborhood.flags`); never read by the build.
+    * ``validityFlags`` int32 ``[1]`` (device): non-finite positions, invalid supports, a
+      periodic support >= half the extent and degenerate extents in bits 0-3, plus detail
+      bits (see `warpSPHCore.neighborhood.flags`); never read by the build.
     * ``periodicity`` bool ``[d]`` or None: the periodic axes the grid was built with
       (used by the traversal; None means "take it from the domain").
 

@@ -1,4 +1,4 @@
-"""Correction states (`operators.md` §1.4) and their tangent twins (`autodiff.md` §9.3).
+"""Correction states and their tangent twins for forward mode (see docs/corrections.md).
 
 Volumes are loose tensors (`queryVolumes [N_q]`, `referenceVolumes [N_r]`); the states below
 carry the per-particle quantities of CRK, grad-h and renormalization.
@@ -39,7 +39,7 @@ def _crkFields(owner: str, s, optionalGrads: bool):
 
 @dataclass
 class CRKState:
-    """CRK correction of the query particles (`operators.md` §4.3).
+    """CRK correction of the query particles (from `computeCRKFactors`).
 
     Args:
         A: ``[N]``.
@@ -73,7 +73,7 @@ class CRKTangentState:
 
 @dataclass
 class GradHState:
-    """Grad-h terms Omega (`operators.md` §4.2): ``queryOmegas [N_q]``, ``referenceOmegas
+    """Grad-h terms Omega (from `computeOmega`): ``queryOmegas [N_q]``, ``referenceOmegas
     [N_r]`` or None (then the query Omegas serve both roles)."""
 
     queryOmegas: torch.Tensor
@@ -111,7 +111,7 @@ def asGradHState(value) -> GradHState | None:
 
 @dataclass
 class RenormalizationState:
-    """Gradient renormalization matrices L_i, ``[N_q, d, d]`` (`operators.md` §4.4)."""
+    """Gradient renormalization matrices L_i, ``[N_q, d, d]`` (`computeRenormalizationMatrices`)."""
 
     renormalizationMatrices: torch.Tensor
 

@@ -36,7 +36,7 @@ def periodicityTensor(owner: str, periodic, d: int, device) -> torch.Tensor:
 
 @dataclass
 class DomainDescription:
-    """Axis-aligned box ``[min, max]`` with per-axis periodicity (`operators.md` §1.2).
+    """Axis-aligned box ``[min, max]`` with per-axis periodicity.
 
     Args:
         min: ``[d]`` lower corner, a tensor of the call's float dtype and device.

@@ -1,4 +1,4 @@
-"""`OperationProperties`: the frozen options of one operator call (`operators.md` §1.3)."""
+"""`OperationProperties`: the frozen options of one operator call."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ..enumTypes import (
 
 __all__ = ["OperationProperties", "CALIBRATION_UNDEFINED"]
 
-#: Kernels for which lattice calibration is undefined (`kernels.md` §9.3).
+#: Kernels for which lattice calibration is undefined: ViscosityKernel (k(0) = +inf, so the
+#: lattice sum diverges) and AdhesionKernel (not an interpolation kernel).
 CALIBRATION_UNDEFINED = (KernelFunctions.ViscosityKernel, KernelFunctions.AdhesionKernel)
 
 
@@ -39,7 +40,7 @@ def _asEnum(field: str, value, enum: type[IntEnum]):
 @dataclass(frozen=True)
 class OperationProperties:
     """Options of an operator call. Frozen and hashable; backends derive per-call copies with
-    `dataclasses.replace` and never mutate the caller's object (pitfall W32).
+    `dataclasses.replace` and never mutate the caller's object.
 
     Args:
         kernel: `KernelFunctions` member (required).

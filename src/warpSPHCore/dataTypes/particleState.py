@@ -13,7 +13,7 @@ __all__ = ["ParticleState", "ParticleTangentState"]
 
 @dataclass
 class ParticleState:
-    """One particle population (`operators.md` §1.1).
+    """One particle population.
 
     Args:
         positions: ``[N, d]`` float32/float64, d in {1, 2, 3}; may lie outside the domain.
@@ -21,7 +21,7 @@ class ParticleState:
             length).
         masses: ``[N]``.
         kinds: ``[N]`` int32 codes of `ParticleType` (0 fluid, 1 boundary, 2 ghost, 3 other);
-            required (pitfall W35).
+            required (no placeholder is substituted: a missing argument is a TypeError).
         densities: ``[N]`` or None; read only where a formula needs rho.
         scenes: ``[N]`` int32 scene index, or None (one scene). Particles of different scenes
             never interact: the neighbour search pairs only particles with equal index, so
@@ -65,7 +65,7 @@ class ParticleState:
 
 @dataclass
 class ParticleTangentState:
-    """Tangents of a `ParticleState` for forward mode (`autodiff.md` §9.3).
+    """Tangents of a `ParticleState` for forward mode.
 
     Any field may be None (a zero tangent); present fields have the primal shapes. No kinds.
     """

@@ -5,7 +5,7 @@ What it shows: a weakly compressible SPH simulation built from the library (rela
 transport-velocity momentum, Verlet-skin neighbour list, kick-drift-kick) whose kinetic
 energy follows the analytic viscous decay 0.25 exp(-16 pi^2 t / Re). At the default demo
 size (20 x 20 particles to t = 0.2, about 180 steps) the energy error stays within a few per
-cent; the acceptance size of issue 16 (``warpsph run tgv``: 50 x 50 to t = 1) is the
+cent; the full size (``warpsph run tgv``: 50 x 50 to t = 1) is the
 accuracy claim, this part only its quick look.
 """
 
@@ -46,5 +46,5 @@ def run(out: Path, size: str = "default", device="cpu", quiet: bool = False) -> 
         f"| max velocity error at t | {r['maxVelocityRelErr']:+.2%} |",
         f"| ms per step | {fmt(r['msPerStep'])} |", "",
         "![Taylor-Green vortex](tgv/tgv.png)", "",
-        "The acceptance run of issue 16 is `warpsph run tgv` (50 x 50 particles to t = 1).", ""]
+        "The full-size run is `warpsph run tgv` (50 x 50 particles to t = 1).", ""]
     return {**r, "report": "\n".join(lines), "table": table}

@@ -1,13 +1,14 @@
 """Smoothing kernels: Warp-level shape functions, per-pair quantities and support schemes.
 
-Warp functions (usable inside user kernels; `kernels.md` §8):
+Warp functions (usable inside user kernels):
 
 * `shapes`: `sphShape` (k, k', k'', k''') and the float64 metadata functions
   `sphKernelC_d_warp`, `sphKernelScale_warp`, `packingRatio_warp`, `sphKernel_xi_warp`,
   `sphKernelN_H_warp`.
 * `evaluation`: single-support W, grad W (custom adjoint), dW/dh, d(grad W)/dh (custom
   adjoint), Hessian and its derivatives, kernel Laplacian and its derivatives, JVP helpers.
-* `support`: `computePairwiseSupport` and the `_ij` pairwise variants of `kernels.md` §6.
+* `support`: `computePairwiseSupport` and the `_ij` pairwise variants (W_ij, grad W_ij
+  and their helpers under a `SupportScheme`).
 * `geometry`: `computeDistanceVec`, `checkDirectionality_i`, `checkDirectionality_j`.
 
 The `evaluation` and `support` functions are resolved on first access through this package

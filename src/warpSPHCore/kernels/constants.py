@@ -1,7 +1,8 @@
-"""Kernel constants as float64 host values (`kernels.md` §3, §7).
+"""Kernel constants as float64 host values: C_d, k(0), kernelScale, packing ratios, knots.
 
 Fractions are evaluated here, in float64 Python arithmetic, and converted to the call's
-scalar type at use (pitfall W6): never write `5.0/7.0` inside a Warp function.
+scalar type at use: Warp evaluates a literal or a constant expression such as `5.0/7.0`
+inside a Warp function in float32, even in a float64 call.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ K0: dict[K, float] = {
     K.AdhesionKernel: 0.0,
 }
 
-#: kernelScale H / h_DA as (1D, 2D, 3D) (`kernels.md` §7).
+#: kernelScale H / h_DA as (1D, 2D, 3D), h_DA = 2 sigma (Dehnen & Aly 2012).
 KERNEL_SCALE: dict[K, tuple[float, float, float]] = {
     K.Wendland2: (1.620185, 1.897367, 1.936492),
     K.Wendland4: (1.936492, 2.171239, 2.207940),
@@ -134,7 +135,7 @@ HOCT4_CONSTANTS = {
     "Q": 0.981018558675,
 }
 
-#: B7 knots as float64-exact host values (W6).
+#: B7 knots as float64-exact host values (a knot rounded to float32 breaks float64 calls).
 B7_KNOTS = (1.0 / 7.0, 3.0 / 7.0, 5.0 / 7.0)
 
 

@@ -1,4 +1,4 @@
-"""Density self-term correction (Dehnen & Aly 2012, eq. 18/19; `kernels.md` §10).
+"""Density self-term correction (Dehnen & Aly 2012, eq. 18/19).
 
 Separate from lattice calibration (`kernels/lattice.py`). A summation density
 ρ_i = Σ_j m_j W_ij includes the self term m_i W(0, h_i), which biases it upwards; Dehnen &
@@ -26,7 +26,7 @@ from .hostShapes import asKernel, checkDim
 
 __all__ = ["applyDensityCorrection", "selfTermW0", "densityCorrectionConstants"]
 
-#: (d, kernel) -> (ε100, α), as shipped (`kernels.md` §10).
+#: (d, kernel) -> (ε100, α), the fitted values as shipped by Dehnen & Aly's correction.
 DENSITY_CORRECTION_CONSTANTS: dict[tuple[int, K], tuple[float, float]] = {
     (2, K.Wendland2): (0.0030233012061203278, 1.5016297296462702),
     (2, K.Wendland4): (0.00035064837551512925, 2.4815365353197136),

@@ -1,14 +1,15 @@
-"""Per-pair kernel quantities for a single support h (`kernels.md` §2, §4, §5).
+"""Per-pair kernel quantities for a single support h: W, its derivatives, Hessian, Laplacian.
 
 Every function here is a Warp function usable from any kernel, generic over the scalar
 type (float32 / float64, taken from `h`) and the dimension (the length of the vector `x`,
 d in {1, 2, 3}). The dimension is also passed explicitly as the int32 `d` (used for the
-Wendland variants, C_d and the powers of h; pitfall W16). `kernel` is the int32
+Wendland variants, C_d and the powers of h; older Warp read a vector's length as 0 when it
+served as a loop bound, so d is never derived from `x`). `kernel` is the int32
 `KernelFunctions` value.
 
 Normalisation: these functions are **unnormalised (N = 1)**. With lattice calibration
-(`kernels.md` §9) the operator code multiplies each returned quantity by the factor N
-itself; every quantity here is linear in N, so that is exact.
+(N = 1/L; docs/kernels.md, "Lattice calibration") the operator code multiplies each returned
+quantity by the factor N itself; every quantity here is linear in N, so that is exact.
 
 With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h:
 
@@ -19,7 +20,7 @@ With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h
 `sphGradientDkDh`               d(grad W)/dh = x_hat (-C_d / h^(d+2)) (q k'' + (d+1) k')
                                 (custom adjoint)
 `sphGradientD2kDh2`             d^2(grad W)/dh^2
-`sphKernelHessian`              H = k2 A + k1 B (regularised, §5.3)
+`sphKernelHessian`              H = k2 A + k1 B (regularised at r = 0)
 `sphKernelHessianDot`           H u without forming H (the position tangent of grad W)
 `sphKernelGradientVJP`          (grad W, H u, u . d(grad W)/dh) from one shape evaluation
                                 (the reverse kernels' per-pair quantities)
@@ -27,7 +28,7 @@ With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h
 `sphKernelThirdDerivative`      T . u (matrix, sum over the last index of T_abc)
 `sphKernelThirdDerivativeContract`  T : G (vector, sum over the last two indices)
 `sphKernelHessianJVP`           dH = T . dx + dH/dh dh
-`sphKernelLaplacian`            s k2 + t k1 (§5.4), 0 for q < eps or q > 1
+`sphKernelLaplacian`            s k2 + t k1, 0 for q < eps or q > 1
 `sphKernelLaplacianGradient`    grad_x of the kernel Laplacian
 `sphKernelLaplacianDkDh`        d/dh of the kernel Laplacian
 `sphKernelLaplacianJVP`         its tangent for (dx, dh)
@@ -38,7 +39,7 @@ With k^(n) = C_d k^(n)(q) / h^(d+n) (`k0 = W`, `k1`, `k2`, `k3`) and q = |x| / h
 
 Strict cutoff: for q > 1 every quantity is exactly 0.
 
-Custom adjoints (§5.5, pitfalls W13/W14). Warp's automatic adjoint of grad W at r = 0
+Custom adjoints. Warp's automatic adjoint of grad W at r = 0
 multiplies an O(1/eps) term by an exact 0 and returns 0 instead of the finite H(0); the same
 happens for d(grad W)/dh (whose x-derivative at r = 0 is dH/dh(0)). `@wp.func_grad` rejects
 generic arguments, so `sphKernelGradient` and `sphGradientDkDh` are each one Warp function
@@ -47,10 +48,10 @@ hand-written adjoint; generic kernels calling the name get the right overload by
 overload resolution. Their adjoints are: x-adjoint H adj (resp. dH/dh adj) and h-adjoint
 d(grad W)/dh . adj (resp. d^2(grad W)/dh^2 . adj). Every other function here has an exact
 automatic adjoint at coincident points: W (its x-derivative at r = 0 is 0 = grad W(0) because
-Warp's `length` adjoint is 0 at 0), dW/dh, the Hessian (T(0) = 0 by the §5.3 convention and
-dH/dh), and the kernel Laplacian (forced to 0 for q < eps).
+Warp's `length` adjoint is 0 at 0), dW/dh, the Hessian (its third derivative T is 0 for
+q < eps by convention, and dH/dh), and the kernel Laplacian (forced to 0 for q < eps).
 
-Compile time (testing.md §17): `sphShape` and the single-support quantities that the `_ij`
+Compile time: `sphShape` and the single-support quantities that the `_ij`
 variants call twice are ``@wp.func(inline=False)``, so each is compiled once per scalar type
 (and dimension) instead of once per call site. Measured on the CPU backend (-O3, backward
 on, 6 overloads): a kernel using W_ij and grad W_ij compiles in ~6 s instead of ~13.5 s, one
@@ -101,19 +102,19 @@ _EPS64 = 1e-15
 
 @wp.func
 def sphKernelEps(h: wp.float32):
-    """eps of `kernels.md` §4 for float32 calls."""
+    """eps = 1e-7 for float32 calls (regulariser of x_hat, the Hessian and the Laplacian)."""
     return wp.float32(_EPS32)
 
 
 @wp.func
 def sphKernelEps(h: wp.float64):  # noqa: F811  (Warp overload)
-    """eps of `kernels.md` §4 for float64 calls."""
+    """eps = 1e-15 for float64 calls (regulariser of x_hat, the Hessian and the Laplacian)."""
     return wp.float64(_EPS64)
 
 
 @wp.func
 def _ipow(x: Any, n: wp.int32):
-    """x^n for n in 1..6 (no runtime loop: pitfalls W3, W71)."""
+    """x^n for n in 1..6, unrolled (Warp may drop adjoints carried through a dynamic loop)."""
     p = x
     if n >= 2:
         p = p * x
@@ -155,7 +156,7 @@ def _radial(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernel(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """W(x, h) = C_d k(q) / h^d for q <= 1, else 0 (`kernels.md` §2)."""
+    """W(x, h) = C_d k(q) / h^d for q <= 1, else 0."""
     r = wp.length(x)
     q = r / h
     res = type(h)(0.0)
@@ -179,7 +180,7 @@ def _sphKernelGradient(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelDkDh(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """dW/dh = -(C_d / h^(d+1)) (d k(q) + q k'(q)) (`kernels.md` §5.1)."""
+    """dW/dh = -(C_d / h^(d+1)) (d k(q) + q k'(q))."""
     r = wp.length(x)
     q = r / h
     res = type(h)(0.0)
@@ -222,7 +223,7 @@ def sphGradientD2kDh2(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelHessian(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """Hessian H = k2 A + k1 B of W (`kernels.md` §5.3), d x d.
+    """Hessian H = k2 A + k1 B of W, d x d.
 
     A = x x^T / (r^2 + eps^2 h^2) with diagonal set to 1 when q < eps;
     B = -x x^T / (r^3 + eps^3 h^3) + I / (r + eps^2 h). H(0) = k2(0) I for kernels with k'(0) = 0.
@@ -320,7 +321,7 @@ def sphKernelGradientVJP(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelHessianDkDh(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """dH/dh = dk2/dh A + k2 dA/dh + dk1/dh B + k1 dB/dh (`kernels.md` §5.3).
+    """dH/dh = dk2/dh A + k2 dA/dh + dk1/dh B + k1 dB/dh.
 
     dk1/dh = -(C_d/h^(d+2)) (q k'' + (d+1) k'), dk2/dh = -(C_d/h^(d+3)) (q k''' + (d+2) k'');
     dA/dh and dB/dh are the (tiny) derivatives of the eps h regularisers.
@@ -356,10 +357,11 @@ def sphKernelHessianDkDh(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelThirdDerivative(x: Any, h: Any, u: Any, kernel: wp.int32, d: wp.int32):
-    """Directional third derivative (T . u)_ab = sum_c T_abc u_c (`kernels.md` §5.3).
+    """Directional third derivative (T . u)_ab = sum_c T_abc u_c.
 
     T_abc = k3 x_a x_b x_c + ((k2 - k1/r)/r)(d_ab x_c + d_ac x_b + d_bc x_a - 3 x_a x_b x_c)
-    with unit x; T = 0 for q < eps (convention of §5.3) and for q > 1.
+    with unit x; T = 0 for q > 1 and, by convention, for q < eps (the limit at r = 0 depends
+    on the direction unless k'(0) = k'''(0) = 0).
     """
     r = wp.length(x)
     q = r / h
@@ -410,7 +412,7 @@ def sphKernelHessianJVP(x: Any, h: Any, dx: Any, dh: Any, kernel: wp.int32, d: w
 
 @wp.func
 def _laplacianWeights(r: Any, e: Any, re: Any, d: wp.int32):
-    """s, t and their r-derivatives for r_e = r + e, e = eps h (`kernels.md` §5.4).
+    """s, t and their r-derivatives for r_e = r + e, e = eps h.
 
     s = r^2/r_e^2, t = -r^2/r_e^3 + d/r_e, ds/dr = 2r/r_e^2 - 2r^2/r_e^3,
     dt/dr = -2r/r_e^3 + 3r^2/r_e^4 - d/r_e^2, written in the algebraically identical forms
@@ -429,7 +431,7 @@ def _laplacianWeights(r: Any, e: Any, re: Any, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelLaplacian(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """Kernel Laplacian s k2 + t k1 (`kernels.md` §5.4).
+    """Kernel Laplacian s k2 + t k1 (as eps -> 0: k2 + (d - 1) k1 / r).
 
     r_e = r + eps h, s = r^2/r_e^2, t = -r^2/r_e^3 + d/r_e; 0 for q < eps or q > 1.
     """
@@ -447,7 +449,7 @@ def sphKernelLaplacian(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelLaplacianGradient(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """grad_x of the kernel Laplacian: x_hat (ds/dr k2 + s k3 + dt/dr k1 + t k2) (§5.4)."""
+    """grad_x of the kernel Laplacian: x_hat (ds/dr k2 + s k3 + dt/dr k1 + t k2)."""
     r = wp.length(x)
     q = r / h
     res = type(x)()
@@ -462,7 +464,7 @@ def sphKernelLaplacianGradient(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
 
 @wp.func(inline=False)
 def sphKernelLaplacianDkDh(x: Any, h: Any, kernel: wp.int32, d: wp.int32):
-    """d/dh of the kernel Laplacian: ds/dh k2 + s dk2/dh + dt/dh k1 + t dk1/dh (§5.4)."""
+    """d/dh of the kernel Laplacian: ds/dh k2 + s dk2/dh + dt/dh k1 + t dk1/dh."""
     r = wp.length(x)
     q = r / h
     res = type(h)(0.0)
@@ -496,7 +498,7 @@ def sphKernelLaplacianJVP(x: Any, h: Any, dx: Any, dh: Any, kernel: wp.int32, d:
     )
 
 
-# --- concrete overloads with custom adjoints (W13, W14) ------------------------------------
+# --- concrete overloads with custom adjoints (see the module docstring) ------------------
 
 _CONCRETE = tuple(
     (wp.types.vector(length=_n, dtype=_s), _s)
@@ -513,14 +515,14 @@ for _vecT, _scalarT in _CONCRETE:
     def sphKernelGradient(x: _vecT, h: _scalarT, kernel: wp.int32, d: wp.int32):
         """grad W = x_hat C_d k'(q) / h^(d+1), x_hat = x / max(r, eps); 0 at r = 0 and q > 1.
 
-        Custom adjoint (`kernels.md` §5.5): x-adjoint H . adj (closed-form Hessian, finite
+        Custom adjoint: x-adjoint H . adj (closed-form Hessian, finite
         H(0) at coincident points), h-adjoint d(grad W)/dh . adj.
         """
         return _sphKernelGradient(x, h, kernel, d)
 
     @wp.func
     def sphGradientDkDh(x: _vecT, h: _scalarT, kernel: wp.int32, d: wp.int32):
-        """d(grad W)/dh = x_hat (-C_d / h^(d+2)) (q k''(q) + (d+1) k'(q)) (`kernels.md` §5.2).
+        """d(grad W)/dh = x_hat (-C_d / h^(d+2)) (q k''(q) + (d+1) k'(q)).
 
         Custom adjoint: x-adjoint dH/dh . adj, h-adjoint d^2(grad W)/dh^2 . adj.
         """
@@ -542,7 +544,7 @@ def registerCustomAdjoints() -> None:
     """Attach the hand-written adjoints to the twelve concrete overloads of
     `sphKernelGradient` and `sphGradientDkDh` (idempotent, thread-safe).
 
-    Deferred from import to first need (issue 15): ``@wp.func_grad`` builds each overload,
+    Deferred from import to first need: ``@wp.func_grad`` builds each overload,
     and with it the whole kernel-id dispatch below it, only to learn its return type, about
     1 s of the import on a 2-core machine, and a first result with the specialised kernels
     never builds a module that calls these functions. It must run before any Warp module

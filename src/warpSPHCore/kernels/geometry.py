@@ -1,7 +1,9 @@
 """Pair geometry shared by the neighbour search and every operator kernel.
 
-* `computeDistanceVec`: the minimum-image pair vector x_ij (`operators.md` §8.2).
-* `checkDirectionality_i` / `checkDirectionality_j`: the kind tests of `operators.md` §6.
+* `computeDistanceVec`: the minimum-image pair vector x_ij (both coordinates
+  wrapped into [min, max), the difference mapped into [-L/2, L/2) on periodic axes).
+* `checkDirectionality_i` / `checkDirectionality_j`: the kind tests of an `operationMode`
+  (docs/particle-kinds.md, "The modes").
 
 One definition each; the search, the brute-force reference (`neighborhood/bruteForce.py`
 implements the same arithmetic in torch for testing) and the operators share them.
@@ -61,7 +63,8 @@ def computeDistanceVec(
 
     The local starts from a constant zero vector: initialising it with ``xi - xj`` and then
     overwriting the components makes Warp's adjoint count d(x_ij)/dx twice (the overwritten
-    initial value still receives the adjoint; measured with Warp 1.19, W74 family).
+    initial value still receives the adjoint; measured with Warp 1.19; the same Warp bug
+    double-counts ``v[i] = v[i] + x`` on a local vector).
     """
     res = type(xi)()
     # A constant-bound loop (unrolled by Warp, guarded by `dim`) instead of range(dim): a
@@ -76,7 +79,7 @@ def computeDistanceVec(
 
 @wp.func
 def checkDirectionality_i(mode: wp.int32, kind: wp.int32):
-    """True iff a query of `kind` is allowed under `operationMode` `mode` (table §6)."""
+    """True iff a query of `kind` is allowed under `operationMode` `mode`."""
     ok = False
     if mode == 0 or mode == 9:
         ok = True
@@ -93,7 +96,7 @@ def checkDirectionality_i(mode: wp.int32, kind: wp.int32):
 
 @wp.func
 def checkDirectionality_j(mode: wp.int32, kind: wp.int32):
-    """True iff a reference of `kind` contributes under `operationMode` `mode` (table §6)."""
+    """True iff a reference of `kind` contributes under `operationMode` `mode`."""
     ok = False
     if mode == 0:
         ok = True

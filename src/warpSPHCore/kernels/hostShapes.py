@@ -1,16 +1,16 @@
-"""Host (float64 NumPy) twin of the Warp shape functions k(q) (`kernels.md` §3).
+"""Host (float64 NumPy) twin of the Warp shape functions k(q).
 
 The Warp functions in `kernels/shapes.py` evaluate k(q) on the device inside every operator.
 Some quantities must instead be computed on the host in float64 (NumPy), never on the
 device, so that they cost no device synchronisation: the lattice sums of the calibration
-(`kernels.md` §9: "computed on the host in float64 (NumPy), never on the device"), the
-self-term W(0, h) of the density correction (§10) and the radial Fourier transform used by
-the `'fourier'` cross-check. This module is that host implementation. It is written from the
-formulas of `kernels.md` §3 alone; the kernel tests cross-check it against the Warp shape
-functions value by value, so that the two implementations cannot drift apart.
+(`kernels/lattice.py`), the self-term W(0, h) of the density correction
+(`kernels/densityCorrection.py`) and the radial Fourier transform used by the `'fourier'`
+cross-check. This module is that host implementation. It is written from the published
+kernel formulas alone, not from the Warp code; the kernel tests cross-check it against the
+Warp shape functions value by value, so that the two implementations cannot drift apart.
 
 Conventions: `q = r / h >= 0`; every shape function is exactly 0 for `q > 1` (the strict
-cutoff of `README.md` §2.1). Knots are float64-exact host values (pitfall W6).
+cutoff: the value and every derivative vanish there). Knots are float64-exact host values.
 
 Public helpers:
 
@@ -134,7 +134,7 @@ def _shapeInside(kernel: K, q: np.ndarray, d: int) -> np.ndarray:
 
 
 def hostShape(kernel, q, d: int) -> np.ndarray:
-    """Shape function k(q) of `kernel` in dimension `d`, float64 NumPy (`kernels.md` §3).
+    """Shape function k(q) of `kernel` in dimension `d`, float64 NumPy.
 
     Args:
         kernel: a `KernelFunctions` member (or its int value).

@@ -1,4 +1,4 @@
-r"""Lattice-normalisation calibration (`kernels.md` §9), computed on the host in float64.
+r"""Lattice-normalisation calibration, computed on the host in float64.
 
 A kernel integrates to 1, but its sum over a perfect cubic lattice of spacing s with particle
 mass ρ0 s^d gives ρ0·L instead of ρ0. With n_h = h/s, L depends only on (kernel, n_h, d):
@@ -85,7 +85,7 @@ _UNDEFINED = {
     K.AdhesionKernel: "it is not an interpolation kernel; calibration is not offered for it",
 }
 
-#: Default truncation of the Poisson sum of the 'fourier' method (`kernels.md` §9.1).
+#: Default truncation (largest argument of ŵ) of the Poisson sum of the 'fourier' method.
 FOURIER_S_MAX = 150.0
 
 
@@ -419,7 +419,7 @@ def epsteinZeta(s: float, d: int) -> float:
 
 
 def _wendlandPolynomial(kernel: K, d: int) -> np.ndarray:
-    """Power-series coefficients a_p of the Wendland k(q) on [0, 1] (`kernels.md` §3.1–3.3)."""
+    """Power-series coefficients a_p of the Wendland k(q) on [0, 1] (Wendland2, 4, 6)."""
     if d == 1:
         power, tail = {
             K.Wendland2: (3, [1.0, 3.0]),
@@ -494,7 +494,7 @@ def _latticeDensityCached(kernel: K, n_h: float, d: int, method: str) -> float:
 
 
 def latticeDensity(kernel, n_h: float, d: int, method: str = "shells") -> float:
-    """Lattice density ratio L(kernel, n_h, d) (`kernels.md` §9.1), host float64, cached.
+    """Lattice density ratio L(kernel, n_h, d) (module docstring), host float64, cached.
 
     Args:
         kernel: a `KernelFunctions` member other than ViscosityKernel and AdhesionKernel.
@@ -521,11 +521,11 @@ def latticeDensity(kernel, n_h: float, d: int, method: str = "shells") -> float:
 
 
 def latticeDensityFactor(kernel, n_h: float, d: int, method: str = "shells") -> float:
-    """Calibration factor 1 / L(kernel, n_h, d) (`kernels.md` §9.1), host float64, cached.
+    """Calibration factor 1 / L(kernel, n_h, d), host float64, cached.
 
     Same arguments and errors as `latticeDensity`. For CohesionKernel L may be ≤ 0; the
-    factor is then returned as computed (negative, or +inf for L = 0) and the launch check
-    (`kernels.md` §9.2) rejects it.
+    factor is then returned as computed (negative, or +inf for L = 0) and the launch check,
+    which requires a finite positive factor, rejects it.
 
     Args:
         kernel: a `KernelFunctions` member other than ViscosityKernel and AdhesionKernel.

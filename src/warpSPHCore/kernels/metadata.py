@@ -1,12 +1,12 @@
-"""Kernel metadata on the host: C_d, kernelScale, packing ratio, xi, N_H (`kernels.md` §7).
+"""Kernel metadata on the host: C_d, kernelScale, packing ratio, xi, N_H.
 
 The code support h is Dehnen & Aly's (2012) compact-support radius H. The constants here
 relate H to other length scales; **none of them enters operator evaluation**, and lattice
-calibration (`kernels.md` §9) does not scale them.
+calibration (`kernels/lattice.py`) does not scale them.
 
-* ``sphKernelC_d(kernel, d)``: normalisation C_d of W = C_d k(q) / h^d (§3).
+* ``sphKernelC_d(kernel, d)``: normalisation C_d of W = C_d k(q) / h^d.
 * ``sphKernelScale(kernel, d)``: kernelScale = H / h_DA with h_DA = 2σ,
-  σ² = (1/d) ∫ W(x) |x|² dx for H = 1 (tabulated, §7).
+  σ² = (1/d) ∫ W(x) |x|² dx for H = 1 (tabulated).
 * ``packingRatio(kernel)``: η = h_DA / Δx (Dehnen & Aly Table 2; 1 for unlisted kernels).
 * ``sphKernel_xi(kernel, d)``: ξ = η · kernelScale = H / Δx (support in particle spacings).
 * ``sphKernelN_H(kernel, d)``: N_H = V_d ξ^d, the expected neighbour count inside H.
@@ -45,7 +45,7 @@ __all__ = [
 
 
 def sphKernelC_d(kernel, d: int) -> float:
-    """Normalisation C_d of `kernel` in dimension `d` (`kernels.md` §3), a float64 host value.
+    """Normalisation C_d of `kernel` in dimension `d`, a float64 host value.
 
     Args:
         kernel: a `KernelFunctions` member.
@@ -57,7 +57,7 @@ def sphKernelC_d(kernel, d: int) -> float:
 
 
 def sphKernelScale(kernel, d: int) -> float:
-    """kernelScale = H / h_DA of `kernel` in dimension `d` (tabulated, `kernels.md` §7).
+    """kernelScale = H / h_DA of `kernel` in dimension `d` (tabulated).
 
     Args:
         kernel: a `KernelFunctions` member.
@@ -93,7 +93,7 @@ def sphKernel_xi(kernel, d: int) -> float:
 def sphKernelN_H(kernel, d: int) -> float:
     """N_H = V_d · (η · kernelScale)^d: expected neighbour count inside the support H.
 
-    Examples (`kernels.md` §7): 2D Wendland2 25.008, 3D Wendland2 100.016.
+    Examples: 2D Wendland2 25.008, 3D Wendland2 100.016.
 
     Args:
         kernel: a `KernelFunctions` member.

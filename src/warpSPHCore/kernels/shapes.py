@@ -1,4 +1,4 @@
-"""Shape functions k(q), k'(q), k''(q), k'''(q) of the 15 smoothing kernels (`kernels.md` §3).
+"""Shape functions k(q), k'(q), k''(q), k'''(q) of the 15 smoothing kernels.
 
 `sphShape(q, kernel, d)` is the one Warp-level definition of every kernel shape: it
 dispatches on the int32 `KernelFunctions` value and returns a 4-vector
@@ -9,13 +9,13 @@ for q > 1 the result is exactly zero; an unknown kernel id gives NaN for q <= 1.
 Every literal inside the Warp functions is wrapped in the scalar type of the call, and every
 non-dyadic constant (35/3, 56/3, the HOCT4 constants, 1/64) is a module-level Python float
 (float64) converted at use: a constant expression such as ``5.0 / 7.0`` inside a Warp
-function is evaluated in float32 (pitfall W6). The splines with non-dyadic knots (Quartic:
-1/5, 3/5; Quintic: 1/3, 2/3; B7: 1/7, 3/7, 5/7) are evaluated in the scaled variable
-s = m q (m = 5, 3, 7), where their knots are integers: no rounded knot enters at all, and
-at q = 0 and at the knots the truncated-power sums are exact integers.
+function is evaluated in float32, even in a float64 call. The splines with non-dyadic knots
+(Quartic: 1/5, 3/5; Quintic: 1/3, 2/3; B7: 1/7, 3/7, 5/7) are evaluated in the scaled
+variable s = m q (m = 5, 3, 7), where their knots are integers: no rounded knot enters at
+all, and at q = 0 and at the knots the truncated-power sums are exact integers.
 
-Also here, as Warp functions returning float64 (convert at use), the metadata of
-`kernels.md` §7 (the host versions live in `kernels/metadata.py`):
+Also here, as Warp functions returning float64 (convert at use), the kernel metadata (the
+host versions and their definitions live in `kernels/metadata.py`):
 
 * `sphKernelC_d_warp(kernel, d)`      C_d
 * `sphKernelScale_warp(kernel, d)`    kernelScale = H / h_DA
@@ -50,7 +50,7 @@ __all__ = [
     "sphKernelN_H_warp",
 ]
 
-# --- float64 host constants (W6): converted to the call's scalar type at use -------------
+# --- float64 host constants (not Warp literals): converted to the call's scalar type at use --
 
 _W4_A = 35.0 / 3.0
 _W4_B = 56.0 / 3.0
@@ -260,8 +260,8 @@ def _bSplineSum(a: Any, b: Any, c: Any, e: Any, wb: Any, wc: Any, we: Any):
 def _b7(q: Any):
     # Scaled variable s = 7q, so that the knots 1/7, 3/7, 5/7 become the integers 1, 3, 5:
     # S_p(q) = [(7 - s)^p - 7 (5 - s)_+^p + 21 (3 - s)_+^p - 35 (1 - s)_+^p] / 7^p.
-    # No non-dyadic constant enters (W6), and at q = 0 and at the knots the sums are exact
-    # integers, so k is correctly rounded there (float64 1e-15 test of testing.md §9).
+    # No non-dyadic constant enters (it would be rounded to float32), and at q = 0 and at the
+    # knots the sums are exact integers, so k is correctly rounded there (float64, 1e-15).
     s = type(q)(7.0) * q
     s3, s4, s5, s6, s7 = _bSplineSum(
         type(q)(7.0) - s,
@@ -353,7 +353,7 @@ def _spiky(q: Any):
 
 @wp.func
 def _viscosity(q: Any):
-    # Singular at q = 0 (k = +inf, k' = -inf), as in kernels.md §3.13.
+    # Singular at q = 0 (k = +inf, k' = -inf): a self pair gives W = +inf and a NaN gradient.
     q2 = q * q
     return _shape4(
         type(q)(-0.5) * q2 * q + q2 + type(q)(1.0) / (type(q)(2.0) * q) - type(q)(1.0),
@@ -409,7 +409,7 @@ def _adhesion(q: Any):
 
 @wp.func(inline=False)
 def sphShape(q: Any, kernel: wp.int32, d: wp.int32):
-    """(k(q), k'(q), k''(q), k'''(q)) of `kernel` in dimension `d` (`kernels.md` §3).
+    """(k(q), k'(q), k''(q), k'''(q)) of `kernel` in dimension `d`.
 
     `q` >= 0 is float32 or float64; the result is a 4-vector of that type. Exactly zero for
     q > 1; NaN for an unknown kernel id. Unnormalised (no C_d).
@@ -471,7 +471,7 @@ def _pick3(v: wp.vec3d, d: wp.int32):
 
 @wp.func
 def sphKernelC_d_warp(kernel: wp.int32, d: wp.int32):
-    """C_d of `kernel` in dimension `d` as float64 (NaN if unknown); `kernels.md` §3."""
+    """C_d of `kernel` in dimension `d` as float64 (NaN if unknown)."""
     res = wp.float64(wp.nan)
     if kernel == 0:
         res = _pick3(wp.static(_CD[K.Wendland2]), d)
@@ -508,7 +508,7 @@ def sphKernelC_d_warp(kernel: wp.int32, d: wp.int32):
 
 @wp.func
 def sphKernelScale_warp(kernel: wp.int32, d: wp.int32):
-    """kernelScale = H / h_DA of `kernel` in dimension `d` as float64 (`kernels.md` §7)."""
+    """kernelScale = H / h_DA of `kernel` in dimension `d` as float64 (tabulated)."""
     res = wp.float64(wp.nan)
     if kernel == 0:
         res = _pick3(wp.static(_SCALE[K.Wendland2]), d)
@@ -545,7 +545,7 @@ def sphKernelScale_warp(kernel: wp.int32, d: wp.int32):
 
 @wp.func
 def packingRatio_warp(kernel: wp.int32):
-    """Packing ratio eta = h_DA / dx of `kernel` as float64 (NaN if unknown; §7)."""
+    """Packing ratio eta = h_DA / dx of `kernel` as float64 (NaN if unknown)."""
     res = wp.float64(wp.nan)
     if kernel == 0:
         res = wp.static(_ETA[K.Wendland2])
@@ -574,13 +574,13 @@ def packingRatio_warp(kernel: wp.int32):
 
 @wp.func
 def sphKernel_xi_warp(kernel: wp.int32, d: wp.int32):
-    """xi = eta * kernelScale = H / dx as float64 (`kernels.md` §7)."""
+    """xi = eta * kernelScale = H / dx (support in particle spacings) as float64."""
     return packingRatio_warp(kernel) * sphKernelScale_warp(kernel, d)
 
 
 @wp.func
 def sphKernelN_H_warp(kernel: wp.int32, d: wp.int32):
-    """Expected neighbour count N_H = V_d * xi^d as float64 (`kernels.md` §7)."""
+    """Expected neighbour count N_H = V_d * xi^d as float64."""
     xi = sphKernel_xi_warp(kernel, d)
     p = xi
     if d >= 2:

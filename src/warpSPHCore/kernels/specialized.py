@@ -6,7 +6,7 @@ configuration, for the forward-only specialised operator kernels (`operators._sp
 =====================  ===================================================================
 ``W(x, h)``            W = C_d k(q) / h^d for q <= 1, else 0
 ``gradW(x, h)``        grad W = x / max(r, eps) C_d k'(q) / h^(d+1) for q <= 1, else 0
-``W_ij(x, h_i, h_j)``  W under the support scheme (`kernels.md` §6)
+``W_ij(x, h_i, h_j)``  W under the support scheme (`kernels.support`)
 ``gradW_ij(...)``      grad W under the support scheme
 ``gradVJP_ij(x, h_i, h_j, u)``  (G, H u, u . dG/dh_i, u . dG/dh_j) for a cotangent u
 ``valueVJP_ij(x, h_i, h_j)``  (W, G, dW/dh_i, dW/dh_j): the Density's reverse quantities

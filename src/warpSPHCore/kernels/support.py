@@ -1,4 +1,4 @@
-"""Pairwise support schemes (`kernels.md` §6) as Warp functions.
+"""Pairwise support schemes (`SupportScheme`) as Warp functions.
 
 Argument pattern of every `_ij` function:
 ``(x_ij, h_i, h_j, supportMode, kernel, d)`` (tangent helpers add ``dx_ij, dh_i, dh_j``
@@ -136,7 +136,7 @@ def _firstTangent(h_i: Any, h_j: Any, dh_i: Any, dh_j: Any, supportMode: Any, av
 
 @wp.func
 def sphKernel_ij(x_ij: Any, h_i: Any, h_j: Any, supportMode: Any, kernel: wp.int32, d: wp.int32):
-    """W_ij under the pairwise support rule (`kernels.md` §6)."""
+    """W_ij under the pairwise support rule (see the module docstring)."""
     avg = _averaged(supportMode)
     res = sphKernel(x_ij, _firstSupport(h_i, h_j, supportMode, avg), kernel, d)
     if avg:

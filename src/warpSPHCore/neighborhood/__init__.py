@@ -1,5 +1,5 @@
 """Neighbour search: compact hash grid, radius search, Verlet lists, brute-force reference,
-and the Warp traversal helpers used inside operator kernels (`neighborhood.md`).
+and the Warp traversal helpers used inside operator kernels (see docs/neighborhood.md).
 
 Public entry points (exactly one device->host readback per search, zero per grid build):
 

@@ -100,7 +100,7 @@ def checkHashMapLength(where: str, length) -> int:
 
 
 def lengthForMode(where: str, lengthMode, fixedLength, numReferences: int) -> int:
-    """Hash-table length L of `neighborhood.md` §7 (host value from shapes: no sync)."""
+    """Hash-table length L for a `HashMapLengthMode` (host value from shapes: no sync)."""
     from .hashLength import getNextPrime
 
     try:

@@ -147,7 +147,7 @@ def cellTableKernel(
     table: wp.array(dtype=wp.vec3l),
     keys: wp.array(dtype=wp.int64),
 ):
-    """Occupied-cell table (§4 steps 9-10): the first slot m of a cell writes row
+    """Occupied-cell table and hash keys: the first slot m of a cell writes row
     ``cellEnd[m] - 1`` (cellEnd = inclusive cumsum of the start flags) = (linear index, m,
     count) and its hash key; rows at or after the number of occupied cells get the padding
     (-1, 0, 0) with the sentinel key L."""
@@ -188,7 +188,7 @@ def hashTableKernel(
     sortedTable: wp.array(dtype=wp.vec3l),
     hashTable: wp.array(dtype=wp.vec2i),
 ):
-    """Rows grouped by hash (§4 step 11): gather row r, and the first row of each bucket
+    """Rows grouped by hash: gather row r, and the first row of each bucket
     writes (first row, row count) into the (pre-filled (-1, 0)) hash table."""
     r = wp.tid()
     M = cellEnd.shape[0]
@@ -729,7 +729,8 @@ def filterPairsKernel(
 # ------------------------------------------------------------------------------------------
 # Concrete signatures for float32/float64 x d = 1, 2, 3, grouped into one module per
 # (dimension, scalar type): a module is built once, whole, and never reloaded because a
-# launch added a signature (W79).
+# launch added a signature (Warp reloads a module when a kernel overload is added after its
+# first launch).
 # ------------------------------------------------------------------------------------------
 
 _SCALARS = ((wp.float32, gridData_f32), (wp.float64, gridData_f64))

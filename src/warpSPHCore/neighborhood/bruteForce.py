@@ -1,7 +1,7 @@
-"""Brute-force reference search in torch (`neighborhood.md` §9). Test/reference use only.
+"""Brute-force reference search in torch. Test/reference use only.
 
 Dense O(N M) evaluation with the search's arithmetic: per axis the minimum image of
-`operators.md` §8.2 (wrap both coordinates into [min, max), difference, map into
+the operators (wrap both coordinates into [min, max), difference, map into
 [-L/2, L/2)), r accumulated in axis order as ``sqrt(dx_0^2 + dx_1^2 + ...)``, accepted iff
 ``r <= threshold``. It synchronises (``nonzero``); never use it on a hot path.
 """

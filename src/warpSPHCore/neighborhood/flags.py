@@ -1,7 +1,7 @@
-"""Validity flags of the neighbour search (`neighborhood.md` §5.3) and their single readback.
+"""Validity flags of the neighbour search and their single readback.
 
 The flags are computed on the device from the inputs (element-wise ops and reductions, no
-sync) and stored in the grid as int32. Bits 0-3 are the bitfield of the specification; the
+sync) and stored in the grid as int32. Bits 0-3 (values 1-8) name the four conditions; the
 detail bits above say which set and which axis, so that the error names them without a
 second readback:
 

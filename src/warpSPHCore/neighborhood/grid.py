@@ -1,4 +1,4 @@
-"""Sync-free compact hash grid build (`neighborhood.md` §4).
+"""Sync-free compact hash grid build.
 
 Every step runs on the device with host-known output sizes: element-wise Warp kernels (binning,
 gathers, per-cell rows, per-bucket ranges) and, in torch, two stable sorts, one scan and
@@ -36,7 +36,8 @@ _STENCILS: dict = {}
 def stencil(d: int, device: torch.device) -> torch.Tensor:
     """int32 ``[3^d, 3]`` stencil offsets: the cartesian product of (-1, 0, 1), first axis
     slowest, zero-padded to 3 columns. Built with device ops (no host->device copy, which
-    would synchronise on CUDA) and cached per (d, device) (keys by str, W28); read-only."""
+    would synchronise on CUDA) and cached per (d, device) (keyed by str: a Warp device is
+    unhashable); read-only."""
     key = (d, str(device))
     t = _STENCILS.get(key)
     if t is None:
@@ -49,7 +50,9 @@ def stencil(d: int, device: torch.device) -> torch.Tensor:
 
 
 def gridSupport(mode: int, qSup: torch.Tensor, rSup: torch.Tensor) -> torch.Tensor:
-    """hMax ``[1]`` of `neighborhood.md` §3 (non-empty tensors; device reductions)."""
+    """Grid support hMax ``[1]`` covering the threshold of `mode` (non-empty tensors; device
+    reductions): the largest query support (Gather), reference support (Scatter), their mean
+    (MeanSymmetric), or the larger of the two (every max scheme)."""
     if mode == SupportScheme.Gather:
         h = qSup.amax()
     elif mode == SupportScheme.Scatter:
@@ -64,7 +67,7 @@ def gridSupport(mode: int, qSup: torch.Tensor, rSup: torch.Tensor) -> torch.Tens
 def cellMargin(scale: torch.Tensor, hMax: torch.Tensor) -> torch.Tensor:
     """Relative cell margin per axis: max(1e-5, 32 eps |coordinate scale| / hMax).
 
-    The spec's fixed 1e-5 covers the rounding of the cell coordinate only while the
+    A fixed 1e-5 margin covers the rounding of the cell coordinate only while the
     coordinates are at most ~80 supports large in float32: beyond that, a pair accepted by the
     (rounded) distance test within ~ulp(x) of r = h could land two cells apart and be missed.
     Scaling the margin with the coordinate magnitude in units of hMax (32 ulps bound the
@@ -106,7 +109,7 @@ def _gridStruct(inp: SearchInputs, numCells, hashMap: CompactHashMap | None = No
 
 def _emptyGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
     """Grid of an empty query or reference set: no occupied cells, every bucket (-1, 0),
-    zero flags, and no reduction over an empty tensor (§4 step 1)."""
+    zero flags, and no reduction over an empty tensor."""
     dev, dt, d, m = inp.device, inp.dtype, inp.d, inp.numReferences
     extent = inp.dMax - inp.dMin
     numCells = torch.ones(d, dtype=torch.int32, device=dev)
@@ -147,14 +150,14 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
     # the build's kernels share a module with the traversal this device runs next
     group = _kernels.searchGroup(d, inp.dtype, "cuda" if dev.type == "cuda" else "cpu")
 
-    # steps 2-4, 13: grid support, per-axis cell counts, validity flags
+    # grid support, per-axis cell counts, validity flags
     hMax = gridSupport(mode, inp.qSup, inp.rSup)
     extent = inp.dMax - inp.dMin
     numCells = cellCounts(extent, hMax, torch.maximum(inp.dMin.abs(), inp.dMax.abs()))
     flags = computeFlags(inp.qPos, inp.rPos, inp.qSup, inp.rSup, inp.aliased, hMax, extent,
                          inp.periodic)
 
-    # steps 5-7: wrap, cell coordinates (floor; floor-mod / clamp), linear index
+    # wrap, cell coordinates (floor; floor-mod / clamp), linear index
     vec = warpVector(d, inp.dtype)
     linear = torch.empty(m, dtype=i64, device=dev)
     wrapped = torch.empty((m, d), dtype=inp.dtype, device=dev)
@@ -167,7 +170,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         group=group,
     )
 
-    # step 8: stable sort by linear cell index; gather sorted positions and supports
+    # stable sort by linear cell index; gather sorted positions and supports
     sortedLinear, sortIndex = torch.sort(linear, stable=True)
     sortedPositions = torch.empty_like(wrapped)
     sortedSupports = torch.empty_like(inp.rSup)
@@ -181,7 +184,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         group=group,
     )
 
-    # steps 9-10: occupied cells without data-dependent shapes (scan of the start flags, a
+    # occupied cells without data-dependent shapes (scan of the start flags, a
     # table of capacity M), 64-bit hash key per cell, sentinel L for padding rows
     cellEnd = torch.cumsum(cellStart, 0)
     numOccupied = cellEnd[-1:]
@@ -196,7 +199,7 @@ def buildGrid(inp: SearchInputs, mode: int, L: int) -> CompactHashMap:
         group=group,
     )
 
-    # step 11: group rows by hash (stable sort), bucket (first row, row count)
+    # group rows by hash (stable sort), bucket (first row, row count)
     sortedKey, perm = torch.sort(key, stable=True)
     sortedCellTable = torch.empty_like(table)
     hashTable = torch.empty((L, 2), dtype=torch.int32, device=dev)

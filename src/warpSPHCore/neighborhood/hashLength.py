@@ -1,4 +1,4 @@
-"""Hash-table lengths (`neighborhood.md` §7): host arithmetic from shapes, never a sync."""
+"""Hash-table lengths (`HashMapLengthMode`): host arithmetic from shapes, never a sync."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compact-hash radius search: count pass, device scan, ONE readback, collect pass (§5)."""
+"""Compact-hash radius search: count pass, device scan, ONE readback, collect pass."""
 
 from __future__ import annotations
 

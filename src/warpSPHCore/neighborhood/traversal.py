@@ -1,4 +1,4 @@
-"""Warp traversal helpers shared by the neighbour search and operator kernels (§6).
+"""Warp traversal helpers shared by the neighbour search and operator kernels.
 
 Two traversals, one helper each:
 
@@ -77,7 +77,7 @@ __all__ = [
     "KIND_GRID_INDEX_W",
 ]
 
-#: Spatial-hash primes of `neighborhood.md` §4 step 10 (products formed in int64).
+#: Spatial-hash primes of `cellHash` (products formed in int64).
 HASH_PRIMES = (73856093, 19349663, 83492791)
 
 # error-buffer constants of util.errorFlags, as Warp compile-time constants
@@ -209,7 +209,8 @@ def makeGridData(hashMap, periodicity: torch.Tensor | None = None, site: int = 0
 
 
 # --------------------------------------------------------------------------------------
-# Cell arithmetic (§4 steps 5-7, 10). One definition for the build and every traversal.
+# Cell arithmetic (wrap, cell index, linear index, hash). One definition for the build and
+# every traversal.
 # --------------------------------------------------------------------------------------
 
 
@@ -221,7 +222,7 @@ def axisCell(x: Any, lo: Any, hi: Any, n: wp.int32, periodic: wp.bool):
     (absorbs p == hi from rounding; the returned coordinate is shifted by the same number of
     periods, so it lies in or on the boundary of its cell). Non-periodic: p = x and c is
     clamped into [0, n - 1]. A non-finite coordinate gives cell 0. Floor, never truncation
-    (W69). Returns ``(c: int64, p)``.
+    (truncation toward zero would misplace negative coordinates). Returns ``(c: int64, p)``.
     """
     extent = hi - lo
     nn = wp.int64(n)
@@ -236,7 +237,7 @@ def axisCell(x: Any, lo: Any, hi: Any, n: wp.int32, periodic: wp.bool):
         raw = wp.int64(wp.clamp(u, -lim, lim))
     c = raw
     if periodic:
-        # integer floor-mod on both sides (W70); nn >= 1
+        # integer floor-mod, so both seams (below lo and above hi) wrap; nn >= 1
         c = raw % nn
         if c < wp.int64(0):
             c = c + nn
@@ -261,7 +262,7 @@ def linearCellIndex(c: wp.vec3l, numCells: wp.array(dtype=wp.int32)) -> wp.int64
 @wp.func
 def cellHash(c: wp.vec3l, D: wp.int32, L: wp.int64) -> wp.int64:
     """1D ``c0 mod L``; 2D/3D ``(73856093 c0 + 19349663 c1 + 83492791 c2) mod L`` (int64,
-    non-negative operands, W57)."""
+    non-negative operands: int32 products would overflow)."""
     if D == 1:
         return c[0] % L
     return (c[0] * _P0 + c[1] * _P1 + c[2] * _P2) % L
@@ -284,7 +285,7 @@ def gridQueryCell(grid: Any, x: Any) -> wp.vec3l:
 
 @wp.func
 def axisNeighbor(c: wp.int64, o: wp.int64, n: wp.int64, periodic: wp.bool):
-    """One axis of the stencil neighbour ``c + o`` (§5.1): ``(valid, cell, wraps)``.
+    """One axis of the stencil neighbour ``c + o``: ``(valid, cell, wraps)``.
 
     Periodic: wrap modulo n (``wraps`` = -1, 0, +1 periods added); an offset whose wrapped
     cell equals that of a smaller offset value (o = +1 with 2 cells, o = 0 or +1 with 1 cell)
@@ -309,7 +310,7 @@ def axisNeighbor(c: wp.int64, o: wp.int64, n: wp.int64, periodic: wp.bool):
 
 @wp.func
 def neighborCell(grid: Any, c: wp.vec3l, o: wp.vec3i):
-    """Stencil neighbour ``n = c + o`` per §5.1 (see `axisNeighbor`).
+    """Stencil neighbour ``n = c + o``, per axis as in `axisNeighbor`.
 
     Returns ``(valid: bool, n: vec3l, wraps: vec3l)``.
     """
@@ -338,7 +339,7 @@ def findCellHashed(grid: Any, lin: wp.int64, h: wp.int64) -> wp.vec2i:
         first = wp.clamp(entry[0], 0, numRows)
         last = wp.clamp(entry[0] + entry[1], first, numRows)
         # no `break`: this helper is also compiled into differentiable operator kernels,
-        # whose adjoint replay of early exits from dynamic loops is fragile (W73)
+        # whose adjoint replay of early exits from dynamic loops is wrong in Warp
         for row in range(first, last):
             t = grid.cellTable[row]
             if t[0] == lin and res[0] < 0:

@@ -1,4 +1,4 @@
-"""Verlet (buffered) neighbour lists (`neighborhood.md` §8).
+"""Verlet (buffered) neighbour lists.
 
 A Verlet list is a compact-hash search with supports multiplied by ``verletScale`` >= 1. It
 stays valid while ``displacement + support drift <= (verletScale - 1) * minimum support``:

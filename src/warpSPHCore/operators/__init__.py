@@ -2,9 +2,9 @@
 
 `OPERATORS` is the registry: per `WarpOperation`, one `OperatorEntry` declaring everything a
 call of the operator needs besides its kernel: the `OperatorSpec`, the formula, the
-dimensions and scalar types, the output-shape rule (`operators.md` §3), the value inputs,
-the options that select its schemes, the corrections it applies and those it accepts and
-ignores (`operators.md` §5), and its forward-mode scope (`autodiff.md` §9.4). It is the one
+dimensions and scalar types, the output-shape rule, the value inputs, the options that
+select its schemes, the corrections it applies and those it accepts and ignores, and its
+forward-mode scope (which tangents it takes, which raise). It is the one
 place these facts are stated: call preparation (`preparation`), the forward-mode scope
 (`operationsJVP`), the test matrix (`tests/operations/test_registry_matrix.py`) and the doc
 tables (`scripts/docs/registry_tables.py`) read it. Operators not listed are not
@@ -153,14 +153,15 @@ _APPLIED = CorrectionUse()
 # Symmetric uses m_j rho_i (f_i / rho_i^2 + f_j / rho_j^2): no V_j, even with volumes
 _NOT_SYMMETRIC = CorrectionUse(ignoredWith=Ignored("gradientMode", GradientScheme.Symmetric,
                                                    reason="uses masses and densities"))
-# the analytic kernel Laplacian is never CRK- or renormalization-corrected (operators.md §2.6)
+# the analytic kernel Laplacian is never CRK- or renormalization-corrected
 _NOT_NAIVE = CorrectionUse(ignoredWith=Ignored("laplacianMode", LaplacianScheme.Naive,
                                                dropped=True,
                                                reason="never reads the corrected gradient"))
 _BOTH_OMEGAS = CorrectionUse(note="f_i and f_j")
 
 _GRADIENT_MODE = Option("gradientMode", tuple(GradientScheme))
-# the consistent Laplacian (issue 18): its own per-query correction, q_ij = (f_j - f_i) V_j
+# the consistent Laplacian (`LaplacianScheme.Consistent`): its own per-query correction,
+# q_ij = (f_j - f_i) V_j
 _CONSISTENT_LAPLACIAN = SchemeState(
     "laplacianMode", LaplacianScheme.Consistent, "laplacianCorrectionState", "laplacian",
     members=(("B", ("d", "d")), ("gamma", ("d",))),

@@ -1,6 +1,7 @@
-"""Scheme coefficients of the value operators (`operators.md` §2.3-2.6, §4.1-4.2) — value,
-forward-mode tangent (JVP) and reverse-mode adjoint (VJP) of each, side by side, one
-definition for every primal, JVP and reverse kernel (STYLE.md §1).
+"""Scheme coefficients of the value operators (apparent volumes, the gradient schemes' c_ij,
+the Laplacian's q_ij, the grad-h divisions) — value, forward-mode tangent (JVP) and
+reverse-mode adjoint (VJP) of each, side by side: one definition for every primal, JVP and
+reverse kernel, so that no formula exists twice.
 
 ================  =========================  ============================  ====================
 coefficient       value                      JVP (forward mode)            VJP (reverse kernel)
@@ -49,8 +50,10 @@ kernel's scope). tests/operations/test_pair_coefficients.py checks each JVP agai
 differences of its value function and each JVP/VJP pair by the adjoint identity
 <u, J v> = <J^T u, v>.
 
-Every array read sits in an explicit if/else (W1); densities are read only behind their
-presence flags (W61).
+Every array read sits in an explicit if/else, never a conditional expression (a ternary
+that reads a Warp array can give that array a zero adjoint); densities are read only behind
+their presence flags (absent densities are a length-1 placeholder, and Warp does not check
+bounds).
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
 def apparentVolume_j(r: Any, corr: Any, j: wp.int32):
     """V_j: referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities).
 
-    Explicit if/else around every array read (W1)."""
+    Explicit if/else around every array read (a ternary reading an array can zero its
+    adjoint)."""
     useVolume, vol = getVolume_j(corr, j)
     V_j = vol
     if not useVolume:
@@ -172,7 +176,7 @@ def consistentVolumeJVP_j(q: Any, r: Any, corr: Any, t: Any, i: wp.int32, j: wp.
 def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, corr: Any,
                    values: Any, divideQuery: wp.bool):
     """(f_i[a], f_j[a]) from values = [query N_q F | reference N_r F]; under grad-h f_j is
-    divided by Omega_j, and f_i by Omega_i when `divideQuery` (`operators.md` §4.2)."""
+    divided by Omega_j, and f_i by Omega_i when `divideQuery`."""
     offset = q.masses.shape[0] * F
     f_j = values[offset + j * F + a]
     f_i = values[i * F + a]
@@ -457,8 +461,9 @@ def gradientPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
 # --- Laplacian: the scheme scale s_ij and the pair difference q_ij = (f_j - f_i) s_ij ------------
 
 #: the fixed regularisers of the Laplacian's geometric factor for both precisions
-#: (`operators.md` §2.6: n_ij = x_ij / (r + 1e-8 h_ij); Default divides by r + 1e-12 h_ij),
-#: used by the generic and the specialised kernels, converted to the call's scalar type (W6)
+#: (n_ij = x_ij / (r + 1e-8 h_ij); Default divides by r + 1e-12 h_ij), used by the generic
+#: and the specialised kernels, converted to the call's scalar type (a bare float literal in a
+#: Warp kernel stays float32, even in a float64 overload)
 LAPLACIAN_REG_N = 1.0e-8
 LAPLACIAN_REG_DEFAULT = 1.0e-12
 

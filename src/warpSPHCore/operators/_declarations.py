@@ -27,7 +27,7 @@ CORRECTIONS = ("volumes", "crk", "gradH", "renorm")
 CORRECTION_LABELS = {"volumes": "volumes", "crk": "CRK", "gradH": "grad-h",
                      "renorm": "renormalization"}
 
-#: the geometry tangents a Tier-2 kernel may accept (`autodiff.md` §9.4), in this order
+#: the geometry tangents a Tier-2 kernel may accept, in this order
 GEOMETRY_TANGENTS = ("positions", "supports", "reference masses", "densities",
                      "reference volumes")
 
@@ -99,7 +99,7 @@ class Ignored:
 
 @dataclass(frozen=True)
 class CorrectionUse:
-    """How one operator treats one correction state (`operators.md` §5).
+    """How one operator treats one correction state: applied, or accepted and ignored.
 
     Args:
         applied: False: accepted and ignored (no validation, no effect on the result).
@@ -184,7 +184,7 @@ class RejectedOption:
 
 @dataclass(frozen=True)
 class JVPScope:
-    """The forward-mode scope of one operator (`autodiff.md` §9.4).
+    """The forward-mode scope of one operator: the tangents it accepts and what raises.
 
     Args:
         valueTangents: Tier 1: value tangents, the operator relaunched on them.

@@ -1,9 +1,9 @@
-"""Output-shape rules of the operators (`operators.md` §2, §3), as declared by the registry.
+"""Output-shape rules of the operators, as declared by the registry.
 
 Each rule maps the field shape ``S`` (the value tensor's shape after the particle axis; None
 for an operator without a value input), the dimension ``d`` and the call's
 `OperationProperties` to the output's shape after the particle axis, or raises the
-`ValueError` of difference c naming the operator, the field shape, d and what is accepted.
+`ValueError` naming the operator, the field shape, d and what is accepted.
 The rules read only host-known facts (shapes and Python options).
 """
 
@@ -20,7 +20,7 @@ _WHERE = "warpOperation"
 
 
 def shapeError(op: str, d: int, accepted: str, shape: tuple) -> ValueError:
-    """The shape error of difference c: operator, received field shape, d, accepted shapes."""
+    """The shape error: operator, received field shape, d, accepted shapes."""
     found = f"[N, {', '.join(map(str, shape))}]" if shape else "a scalar [N]"
     return ValueError(f"{_WHERE}: {op} of a field of shape {found} in {d}D is not defined; "
                       f"accepted: {accepted}")
@@ -42,13 +42,13 @@ def sameShape(shape: tuple, d: int, props) -> tuple:
 
 
 def gradientShape(shape: tuple, d: int, props) -> tuple:
-    """Gradient: derivative last, ``[N_q, *S, d]``; every S (difference b)."""
+    """Gradient: derivative last, ``[N_q, *S, d]``; every S, every d."""
     return tuple(shape) + (d,)
 
 
 def divergenceShape(shape: tuple, d: int, props) -> tuple:
-    """Divergence (`operators.md` §2.4): the first field axis contracted (dot mode: the last),
-    which must have length d; a 1D scalar counts as ``[N, 1]``."""
+    """Divergence: the first field axis contracted (dot mode: the last), which must have
+    length d; a 1D scalar counts as ``[N, 1]``."""
     shape = tuple(shape)
     if d == 1 and shape in ((), (1,)):
         return ()
@@ -67,8 +67,8 @@ def divergenceShape(shape: tuple, d: int, props) -> tuple:
 
 
 def curlShape(shape: tuple, d: int, props) -> tuple:
-    """Curl (`operators.md` §2.5): the cross product on the first field axis (length d); 2D
-    drops that axis (a vector gives ``[N, 1]``), 3D keeps S, 1D gives zeros ``[N]``."""
+    """Curl: the cross product on the first field axis (length d); 2D drops that axis (a
+    vector gives ``[N, 1]``), 3D keeps S, 1D gives zeros ``[N]``."""
     shape = tuple(shape)
     if d == 1:
         if shape in ((), (1,)):
@@ -83,8 +83,8 @@ def curlShape(shape: tuple, d: int, props) -> tuple:
 
 
 def laplacianShape(shape: tuple, d: int, props) -> tuple:
-    """Laplacian (`operators.md` §2.6): the field's own shape; Dot needs a flat width F that is
-    a multiple of d (d > 1), ``positiveDivergence`` a field with F = d."""
+    """Laplacian: the field's own shape; Dot needs a flat width F that is a multiple of d
+    (d > 1), ``positiveDivergence`` a field with F = d."""
     shape = tuple(shape)
     F = math.prod(shape) if shape else 1
     if LaplacianScheme(props.laplacianMode) == LaplacianScheme.Dot and d > 1 and F % d != 0:

@@ -631,7 +631,8 @@ def _densityPair(cfg: Configuration):
     """The Density's forward kernel of `cfg` built in one Warp module with its reverse kernel
     (as `_gradientPair`): a differentiated call compiles one module instead of two."""
     module = f"warpSPHCore_densityAndVJP_{cfg.tag}_pair"
-    # both kernels exist before either is launched (W79)
+    # both kernels exist before either is launched: a kernel added to a loaded module would
+    # rebuild it
     _PAIRED_DENSITY_VJP[cfg] = _densityVJPKernel(cfg, module)
     return _densityKernel(cfg, module)
 
@@ -745,7 +746,7 @@ def _gradientPair(cfg: Configuration):
     reverseCfg = dataclasses.replace(cfg, gradientScheme=0, wide=False, plain=False)
     module = f"warpSPHCore_gradientAndVJP_{cfg.tag}_pair"
     # both kernels exist before either is launched: a kernel added to a loaded module would
-    # rebuild it (W79)
+    # rebuild it
     _PAIRED_VJP[reverseCfg] = _gradientVJPKernel(reverseCfg, module)
     return _gradientKernel(cfg, module)
 
@@ -871,7 +872,7 @@ def _laplacianKernel(cfg: Configuration):
         g = GEO()
         r_ij = wp.length(x_ij)
         g[0] = r_ij
-        if r_ij > S(0.0):  # the generic kernel's guard (W12)
+        if r_ij > S(0.0):  # the generic kernel's r > 0 guard
             h_j = r.supports[j]
             h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
             Gv = pk.gradW_ij(x_ij, h_i, h_j)

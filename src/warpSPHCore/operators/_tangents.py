@@ -1,6 +1,6 @@
-"""Pair building blocks of the Tier-2 JVP kernels (`autodiff.md` §9.5) — the exact
-derivatives of the primal pair functions with the values frozen and the neighbour structure
-fixed. One definition each, shared by every operator's JVP kernel (STYLE.md §1).
+"""Pair building blocks of the Tier-2 JVP kernels (geometry tangents, docs/forward-mode.md) —
+the exact derivatives of the primal pair functions with the values frozen and the neighbour
+structure fixed. One definition each, shared by every operator's JVP kernel.
 
 ``t`` is the tangent pack (`arg_extract.structFor("tangent", d, s)`); every read of it is
 gated by its presence flag.
@@ -10,7 +10,7 @@ gated by its presence flag.
 * `correctedKernelJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j)` ->
   ``(W^R, dW^R)`` with ``dW^R = dA (1 + B.x) W + A (dB.x + B.dx) W + A (1 + B.x) dW``.
 * `correctedGradientJVP_ij(...)` -> ``(G, dG)``: the product rule on the four CRK terms
-  (`operators.md` §4.3, ``(d grad B) x + grad B dx`` for the last), then
+  (`corrected.correctedGradient_ij`, ``(d grad B) x + grad B dx`` for the last), then
   ``d(L G) = dL G + L dG``.
 
 The scheme coefficients' tangents (dV_j, dc_ij, the Laplacian's ds_ij and dq_ij) live beside

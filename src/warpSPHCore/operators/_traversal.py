@@ -1,5 +1,5 @@
 """Lift one pair term to both neighbour traversals (CSR and grid) — one physics definition,
-many uses (STYLE.md §1).
+many uses.
 
 `makeNeighborSum(pairTerm, tag, vector=False, replayZero=False)` returns two Warp functions
 
@@ -20,20 +20,24 @@ Warp's adjoint of a function replays the forward of everything it calls, so a wr
 level around the neighbour loop costs one more traversal in backward; this flat layout made
 the Gradient's forward + backward ~1.5x faster than a combined `neighborSum(useAdjacency,
 ...)` wrapper (docs/performance.md). The sum is a scalar, or with
-``vector=True`` a d-vector of the positions' type (whole-vector accumulation, W74): a pair
+``vector=True`` a d-vector of the positions' type, accumulated as a whole vector (Warp
+double-counts the adjoint of a component update ``v[k] = v[k] + x`` of a local vector): a pair
 term that yields all d components of one output row at once lets one thread evaluate the
 kernel gradient once instead of d times. With ``replayZero=True`` (every operator kernel: it
 only scales and stores the sum) the two sums are concrete per (scalar type, d) and Warp's
 backward replay of the kernel's forward returns zero instead of traversing (`_withZeroReplay`).
 
-Pitfalls shaping the structure (`warp-pitfalls.md`):
+Warp reverse-mode pitfalls shaping the structure (each one breaks gradients silently):
 
 * every runtime-bound loop lives in its own `@wp.func` that only accumulates with ``+=`` and
-  returns the sum (W3, W4, W71); the grid's nested loop (stencil cells x slots in a cell) has
-  its inner loop in a separate function (W72);
-* no ``continue``/``break``: skips are ``if cond: acc += term`` (W73);
+  returns the sum: Warp does not replay dynamic loops in backward, so a nonlinear operation
+  or a division applied to the accumulator inside the looped function, or a value carried
+  across the loop, loses its adjoint; the grid's nested loop (stencil cells x slots in a
+  cell) has its inner loop in a separate function (nested dynamic loops doubled gradients);
+* no ``continue``/``break`` (they give wrong gradients inside a dynamic loop): skips are
+  ``if cond: acc += term``;
 * everything per pair (x_i, h_i, corrections of i) is read inside `pairTerm`, never carried
-  into a loop from outside it (W71);
+  into a loop from outside it (its adjoint would be silently zero);
 * reference indices outside ``[0, N_r)`` are skipped (corrupted structures stay memory-safe)
   and flagged in the device's error buffer (`neighborhood.traversal.flagError`); the index is
   compared in int64 before the int32 conversion, so 2^32 + k is not mistaken for k.
@@ -61,8 +65,8 @@ __all__ = ["makeNeighborSum", "pairVector"]
 
 @wp.func
 def pairVector(xi: Any, xj: Any, dom: Any):
-    """x_ij = x_i - x_j with the minimum image on periodic axes (`operators.md` §8.2): the
-    one definition `kernels.geometry.computeDistanceVec`, read from the domain struct."""
+    """x_ij = x_i - x_j with the minimum image on periodic axes: the one definition
+    `kernels.geometry.computeDistanceVec`, read from the domain struct."""
     return computeDistanceVec(xi, xj, dom.domainMin, dom.domainMax, dom.periodicity, dom.dim)
 
 

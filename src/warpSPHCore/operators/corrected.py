@@ -1,13 +1,13 @@
-"""Corrected kernel and corrected kernel gradient (`operators.md` §2.0, §4.3, §4.4) — the pair
-functions shared by every gradient-family operator.
+"""Corrected kernel and corrected kernel gradient — the pair functions shared by every
+gradient-family operator.
 
 * `correctedKernel_ij(corr, i, x_ij, W_ij)`: ``W^R_ij = A_i (1 + B_i . x_ij) W_ij`` with CRK,
   else ``W_ij``.
 * `correctedGradient_ij(corr, ks, dom, i, x_ij, h_i, h_j)`: G_ij —
-  1. ``G = grad W_ij`` under the call's support scheme (`kernels.md` §6);
+  1. ``G = grad W_ij`` under the call's support scheme (`SupportScheme`, docs/kernels.md);
   2. with CRK: ``G = grad W^R_ij = A W B + A (1 + B.x) grad W + (1 + B.x) W grad A
      + A W (grad B x)`` with ``(grad B x)_g = sum_c gradB[g, c] x_c`` (matrix times vector,
-     never the transpose, W2);
+     never the transpose);
   3. with renormalization: ``G = L_i G`` (matrix times vector).
   Only the query particle's CRK terms and L_i are read, each behind its correction's flag
   (so no placeholder is ever indexed, and a disabled correction costs one flag test per
@@ -16,7 +16,8 @@ functions shared by every gradient-family operator.
 
 The lattice calibration factor is NOT applied here; operators multiply their sums by it.
 Every contraction goes through Warp's tested helpers (`wp.dot`, matrix x vector) and every
-accumulation is whole-vector (W2, W74).
+accumulation is whole-vector: Warp gives a wrong adjoint to a hand-written index loop and
+double-counts the adjoint of a component update ``v[k] = v[k] + x`` of a local vector.
 """
 
 from __future__ import annotations

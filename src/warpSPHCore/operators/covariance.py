@@ -1,4 +1,4 @@
-"""Covariance (`operators.md` §2.7): C_i = sum_j V_j (x_j - x_i) (x) G_ij, plus the int32
+"""Covariance: C_i = sum_j V_j (x_j - x_i) (x) G_ij, plus the int32
 neighbour count n_i = #{mode-admitted visited j : W^R_ij > 0} (self included).
 
 * x_j - x_i = -x_ij (minimum image); rows index the position component, columns the gradient
@@ -10,13 +10,14 @@ neighbour count n_i = #{mode-admitted visited j : W^R_ij > 0} (self included).
   writes ``C[i d^2 + k]`` (k = a d + b), thread (i, d^2) writes ``count[i]``. Both come from
   one pair term (component ``k == d^2`` is the count), so the CSR and grid traversals are
   compiled once. The lattice calibration factor multiplies C (not the count).
-* Kinds masking as in `operators.md` §6: a masked query has C = 0 and count 0.
+* Kinds masking (docs/particle-kinds.md): a masked query has C = 0 and count 0; masked
+  references are skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, reference volumes,
-CRK A, B, gradA, gradB and L; the count is non-differentiable. Forward mode (`autodiff.md`
-§9.5): `covarianceJVPKernel`, the matrix tangent only (one thread per matrix element,
-``N_q d^2`` threads; the count has no tangent), with the primal's traversal, kinds and
-calibration:
+CRK A, B, gradA, gradB and L; the count is non-differentiable. Forward mode (the exact
+derivative of the pair term, neighbour structure fixed): `covarianceJVPKernel`, the matrix
+tangent only (one thread per matrix element, ``N_q d^2`` threads; the count has no tangent),
+with the primal's traversal, kinds and calibration:
 
     dC_i[a, b] = N sum_j -( dV_j x_ij[a] G_ij[b] + V_j dx_ij[a] G_ij[b] + V_j x_ij[a] dG_ij[b] )
 

@@ -1,4 +1,4 @@
-"""Curl (`operators.md` §2.5): out_i = sum_j G_ij x c_ij over the first field axis.
+"""Curl: out_i = sum_j G_ij x c_ij over the first field axis.
 
 * G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
   renormalization L_i G; query-side terms only).
@@ -14,12 +14,12 @@
     backward runs normally (design decision: zeros with zero gradients, not an error).
 * Values: ``[N_q F | N_r F]`` (TENSOR extra ``values``), SCALAR extra ``fieldWidth`` = F.
   One thread per output element; one compiled overload per (scalar type, d).
-* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+* Kinds masking (docs/particle-kinds.md): a masked query row is exactly 0; masked references are
   skipped. Lattice calibration multiplies the sum.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
-(`autodiff.md` §9.5): `curlJVPKernel`, the same thread layout, traversal, kinds and
+(exact, neighbours fixed): `curlJVPKernel`, the same thread layout, traversal, kinds and
 calibration as the primal, with the product-rule pair term
 
     d(G[a1] c[a2 P + s] - G[a2] c[a1 P + s])

@@ -1,8 +1,8 @@
-"""Density (`operators.md` §2.1): rho_i = sum_j m_j W_ij.
+"""Density: rho_i = sum_j m_j W_ij.
 
 * Pair term `densityPairTerm`: ``m_j W_ij`` for a mode-admitted reference j (kinds masking,
-  `operators.md` §6), with W_ij under the call's support scheme (`kernels.md` §6); the self
-  pair contributes ``m_i W(0)``.
+  docs/particle-kinds.md), with W_ij under the call's support scheme (`SupportScheme`,
+  docs/kernels.md); the self pair contributes ``m_i W(0)``.
 * Kernel `densityKernel` (canonical ABI, generic over scalar type and d = 1, 2, 3; CSR or grid
   traversal chosen at run time): one thread per query; a query failing the mode's query test
   gets exactly 0; the lattice calibration factor multiplies the sum.
@@ -14,7 +14,7 @@ Derivatives: reverse mode w.r.t. query/reference positions, supports and referen
 (`DENSITY_REVERSE`, one traversal, W, grad W and dW/dh from one shape evaluation per
 support, `sphKernelVJP_ij`) for every call whose only gradient buffers are those of the
 particle states; Warp's generated adjoint of `densityKernel` otherwise (a differentiable
-domain or correction input). Forward mode (`autodiff.md` §9.5): `densityJVPKernel`,
+domain or correction input). Forward mode: `densityJVPKernel`,
 ``drho_i = N sum_j (dm_j W_ij + m_j dW_ij)`` for position, support and reference-mass
 tangents (`densityJVPPairTerm`, the same traversal, kinds and calibration as the primal);
 itself reverse-differentiable.

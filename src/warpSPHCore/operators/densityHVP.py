@@ -1,4 +1,4 @@
-"""Density position Hessian-vector product (`autodiff.md` §10): the kernel and its launch
+"""Density position Hessian-vector product: the kernel and its launch
 `launchHVP`; the entry point is `operationsHVP.warpOperationHVP`.
 
 For each query i, block row i of the position Hessian of rho_i = N sum_j m_j W_ij applied to

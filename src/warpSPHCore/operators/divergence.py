@@ -1,4 +1,4 @@
-"""Divergence (`operators.md` §2.4): out_i = sum_j sum_delta c_ij[idx(delta, p)] G_ij[delta].
+"""Divergence: out_i = sum_j sum_delta c_ij[idx(delta, p)] G_ij[delta].
 
 * G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
   renormalization L_i G; query-side terms only).
@@ -15,13 +15,14 @@
 * The pair term receives the consistent flag packed into its component argument
   (``k = 2 p + consistent``): `makeNeighborSum`'s pair-term signature carries one extra.
 * The sum over delta is unrolled with ``if d > 1`` / ``if d > 2`` guards (no runtime-bound
-  loop carrying G, W3/W71); indices are clamped so a 1D/2D overload never reads past G.
-* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  loop carrying G: Warp does not replay dynamic loops in backward); indices are clamped so a
+  1D/2D overload never reads past G.
+* Kinds masking (docs/particle-kinds.md): a masked query row is exactly 0; masked references are
   skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
-(`autodiff.md` §9.5): `divergenceJVPKernel`, the same thread layout, traversal, kinds and
+(exact, neighbours fixed): `divergenceJVPKernel`, the same thread layout, traversal, kinds and
 calibration as the primal, with the pair term
 
     d(sum_delta c_ij[idx(delta, p)] G_ij[delta])

@@ -1,4 +1,4 @@
-"""Gradient (`operators.md` §2.3): out_i = sum_j c_ij (x) G_ij, derivative-last.
+"""Gradient: out_i = sum_j c_ij (x) G_ij, derivative-last.
 
 * G_ij: the corrected kernel gradient (`corrected.correctedGradient_ij`: grad W, CRK, then
   renormalization L_i G; query-side terms only).
@@ -13,15 +13,15 @@
   Summation (4)  (f_j + f_i) V_j
   ============== =========================================================
 
-  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
+  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j.
 * Values: one flat array ``[N_q F | N_r F]`` (query values first, then reference values,
   row-major per particle), passed as the TENSOR extra ``values`` with the SCALAR extra
   ``fieldWidth`` = F. One thread per output row (i, a) accumulating the d-vector
   ``N sum_j c_ij[a] G_ij`` (N: calibration factor or 1) and writing
   ``out[i F d + a d + delta]`` for every delta, so the kernel gradient is evaluated once per
   pair and thread, and one compiled overload per (scalar type, d) serves every field shape
-  (`testing.md` §17).
-* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+  (few overloads, a short cold compile).
+* Kinds masking (docs/particle-kinds.md): a masked query row is exactly 0; masked references are
   skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
@@ -35,7 +35,7 @@ single support (`kernels.support.sphKernelGradientVJP_ij`; H is symmetric, so th
 is c H u), the coefficient's partial derivatives (`_coefficients.fieldCoefficientVJP_ij`) and
 atomic scatters into the gradient buffers. The other calls keep the tape path.
 
-Forward mode (`autodiff.md` §9.1, §9.5): value tangents alone are Tier 1 (this kernel on the
+Forward mode (docs/forward-mode.md): value tangents alone are Tier 1 (this kernel on the
 tangent values, grad-h included). Geometry tangents: `gradientJVPKernel`, with the primal's
 thread layout (thread (i, a), ``out[i F d + a d + delta]``) and
 ``d out_i[a] = N sum_j (dc_ij[a] G_ij + c_ij[a] dG_ij)`` (`gradientJVPPairTerm`): ``(c, dc)``

@@ -1,18 +1,20 @@
-"""Interpolate (`operators.md` §2.2): fbar_i = sum_j f_j V_j W^R_ij.
+"""Interpolate: fbar_i = sum_j f_j V_j W^R_ij.
 
 * V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (reference masses and
-  densities; `operators.md` §4.1). Query volumes are never read.
-* W^R_ij = A_i (1 + B_i . x_ij) W_ij with CRK (query-side A, B only; `operators.md` §4.3),
-  else W_ij. Grad-h and renormalization are accepted and not applied.
+  densities). Query volumes are never read.
+* W^R_ij = A_i (1 + B_i . x_ij) W_ij with CRK (query-side A, B only;
+  `corrected.correctedKernel_ij`), else W_ij. Grad-h and renormalization are accepted and not
+  applied.
 * The field is flattened to width F (``referenceValues`` flat ``[N_r * F]``, row-major): one
   thread per output element (i, k), ``out[i * F + k] = N sum_j f_j[k] V_j W^R_ij`` with the
   calibration factor N (or 1). F is a run-time SCALAR extra, so one compiled overload per
-  (scalar type, d) serves every field shape (`testing.md` §17).
-* Kinds masking as in `operators.md` §6; a masked query row is exactly 0.
+  (scalar type, d) serves every field shape (few overloads, a short cold compile).
+* Kinds masking (docs/particle-kinds.md): a masked query row is exactly 0; masked
+  references are skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, reference masses and densities,
 values, reference volumes and the CRK A, B (through `StateAwareWarpFunction`). Forward mode
-(`autodiff.md` §9.5): `interpolateJVPKernel`, the same thread layout, traversal, kinds and
+(exact, neighbours fixed): `interpolateJVPKernel`, the same thread layout, traversal, kinds and
 calibration as the primal, with the values frozen (the pack's flat ``values [N_r F]``) and the
 value tangent fused (``tValues``, same layout):
 

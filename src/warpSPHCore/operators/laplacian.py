@@ -1,4 +1,4 @@
-"""Laplacian (`operators.md` §2.6): lap f_i = sum_j (geometric factor of the scheme) q_ij.
+"""Laplacian: lap f_i = sum_j (geometric factor of the scheme) q_ij.
 
 * Pair difference q_ij (f_i -> f_i / Omega_i and f_j -> f_j / Omega_j under grad-h), chosen
   by `gradientMode`:
@@ -9,7 +9,7 @@
   Symmetric (2)                    q_ij = (f_j - f_i) m_j rho_i / rho_j^2 (no volumes)
   ================================ ==================================================
 
-  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j (`operators.md` §4.1).
+  V_j = ``referenceVolumes[j]`` with volumes, else m_j / rho_j.
   q_ij, its scale and their tangents: `_coefficients.laplacianDifference_ij`,
   `laplacianScale_ij` (beside the gradient schemes' c_ij).
 * Geometry: h_ij = pairwise support (max for schemes 14, 15, 16), r = |x_ij|,
@@ -18,8 +18,9 @@
 * Per pair, by `laplacianMode`:
 
   ============== ==============================================================
-  Naive (1)      q_ij lap W_ij (analytic kernel Laplacian, `kernels.md` §5.4, helper
-                 support rule `support.sphKernelLaplacian_ij`); never CRK- or
+  Naive (1)      q_ij lap W_ij (the analytic kernel Laplacian, 0 at q < eps, by
+                 `support.sphKernelLaplacian_ij`: at max(h_i, h_j) under
+                 KernelMeanSymmetric, averaged under SuperSymmetric); never CRK- or
                  renormalization-corrected (`operations.py` drops those states)
   Brookshaw (2)  r > 0: -2 q_ij (G . n_ij) / (r + 1e-8 h_ij); else 0
   Dot (3)        r > 0: phi_ij [q_ij - (d + 2) (q_ij . n_ij) n_ij],
@@ -39,18 +40,19 @@
   ``values`` with the SCALAR extra ``fieldWidth`` = F. One thread per output element (i, k):
   ``out[i F + k] = N sum_j term_ij[k]`` (N: calibration factor or 1); one compiled overload
   per (scalar type, d) serves every field shape and every scheme (run-time switches).
-* Kinds masking (`operators.md` §6): a masked query row is exactly 0; masked references are
+* Kinds masking (docs/particle-kinds.md): a masked query row is exactly 0; masked references are
   skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega (query and reference), CRK A, B, gradA, gradB and L (through
 `StateAwareWarpFunction`). The r > 0 guard keeps the adjoint at coincident points finite and
-exact (the true contribution is 0; `warp-pitfalls.md` W12). With CRK (G(0) != 0) the
+exact (the true contribution is 0; Warp's adjoint of n_ij / D / D through the exactly zero
+unit vector is wrong). With CRK (G(0) != 0) the
 Brookshaw/Dot/Default terms grow like G(0).x_hat / r as a distinct particle leaves a
 coincident partner, so the position derivative of such a pair exists only along motions
 that keep it coincident; the guard's value and adjoint there are 0.
 
-Forward mode (`autodiff.md` §9.5): `laplacianJVPKernel`, the exact derivative of
+Forward mode: `laplacianJVPKernel`, the exact derivative of
 `laplacianKernel` (same thread layout, traversal, kinds, calibration and grad-h division) with
 the values frozen (the pack's ``values``) and the neighbour structure fixed:
 
@@ -67,13 +69,14 @@ the values frozen (the pack's ``values``) and the neighbour structure fixed:
   with r = 0 contribute 0 with tangent 0;
 * positiveDivergence: the primal's pair selection, made by the frozen values (exact away
   from the switching surface x_ij . q_ij = 0). This kernel also serves value tangents alone
-  under this option, since the operator is then not linear in its values (a deviation from
-  `autodiff.md` §9.4, which rejects the option; `operationsJVP`).
+  under this option, since the operator is then not linear in its values
+  (`operationsJVP`).
 
 The JVP kernel runs through the bridge, so it is itself reverse-differentiable (reverse over
-forward, §11).
+forward).
 
-The float32/float64 x d = 1, 2, 3 overloads are declared at import (one module build, W79).
+The float32/float64 x d = 1, 2, 3 overloads are declared at import, so the module is built
+once (an overload added at a first launch would reload the module).
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ __all__ = ["laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC", "laplacianJ
 def _blockDot(i: wp.int32, j: wp.int32, base: wp.int32, F: wp.int32, v: Any, d: wp.int32,
               q: Any, r: Any, corr: Any, ks: Any, values: Any):
     """sum_{c < d} q_ij[base + c] v[c]. A constant-bound loop (unrolled by Warp; c < 3 guarded
-    by d) that only accumulates, so no runtime-bound loop carries an adjoint (W3, W71)."""
+    by d) that only accumulates, so no runtime-bound loop carries an adjoint (Warp does not
+    replay dynamic loops in backward)."""
     acc = type(v[0])(0.0)
     for c in range(3):
         if c < d:
@@ -170,7 +174,7 @@ def laplacianPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any
             else:
                 r_ij = wp.length(x_ij)
                 # Explicit r > 0 guard: n_ij / D / D through an exactly zero unit vector has
-                # a wrong adjoint when G(0) != 0 under CRK (W12); the true term is 0.
+                # a wrong adjoint when G(0) != 0 under CRK; the true term is 0.
                 if r_ij > type(r_ij)(0.0):
                     h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
                     G = correctedGradient_ij(corr, ks, dom, i, x_ij, h_i, h_j)
@@ -266,7 +270,7 @@ def laplacianJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: 
                 res = dq_k * lapW + q_k * dLapW
             else:
                 r_ij = wp.length(x_ij)
-                # r > 0 guard of the primal: the term and its tangent are 0 at r = 0 (W12)
+                # r > 0 guard of the primal: the term and its tangent are 0 at r = 0
                 if r_ij > type(r_ij)(0.0):
                     h_ij = computePairwiseSupport(h_i, h_j, ks.supportMode)
                     dh_ij = computePairwiseSupportJVP(h_i, h_j, dh_i, dh_j, ks.supportMode)

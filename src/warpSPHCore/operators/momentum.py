@@ -1,4 +1,4 @@
-"""Momentum (issue 16): the fused momentum rate of weakly compressible SPH with the
+"""Momentum: the fused momentum rate of weakly compressible SPH with the
 transport-velocity formulation of Adami, Hu & Adams (2013, J. Comput. Phys. 241: 292-307),
 pressure, viscosity and the transport-velocity stress summed in one neighbour traversal,
 together with the background-pressure sum of the transport velocity:
@@ -26,9 +26,11 @@ the extrapolated values of the Adami et al. (2012) dummy particles and u~ = u (A
   ``(p, rho, V, mu, u_0 .. u_{d-1}, u~_0 .. u~_{d-1})``; query and reference fields in the
   flat ``[N_q F | N_r F]`` layout of the value operators (``values``, ``fieldWidth`` = F).
   The densities, masses and volumes of the particle states are not read.
-* One thread per query accumulates the 2 x d matrix (F_i; B_i) (whole-matrix accumulation,
-  W74): the kernel gradient is evaluated once per pair. Kinds masking (`operators.md` §6): a masked
-  query row is exactly 0, masked references are skipped. Calibration multiplies the sum.
+* One thread per query accumulates the 2 x d matrix (F_i; B_i) as a whole matrix (Warp
+  double-counts the adjoint of a component update ``v[k] = v[k] + x`` of a local vector or
+  matrix): the kernel gradient is evaluated once per pair. Kinds masking
+  (docs/particle-kinds.md): a masked query row is exactly 0, masked references are skipped.
+  Calibration multiplies the sum.
 
 A launch that no `wp.Tape` records (no gradient) runs the forward kernel specialised on the
 call's configuration (`_specialized.momentumSpecialized`).
@@ -116,7 +118,8 @@ momentumZero = _zeroOverloads()
 
 @wp.func
 def _fieldVector(values: Any, base: wp.int32, d: wp.int32, like: Any):
-    """The d-vector ``values[base : base + d]`` (whole-vector accumulation, W74)."""
+    """The d-vector ``values[base : base + d]``, for whole-vector accumulation (Warp
+    double-counts the adjoint of a component update of a local vector)."""
     v = type(like)()
     for c in range(3):
         if c < d:

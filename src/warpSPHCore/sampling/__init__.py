@@ -1,4 +1,4 @@
-"""Test-data helpers (`testing.md` §14): `sampleDensestLattice`, `generateNeighborTestData`."""
+"""Test-data helpers: `sampleDensestLattice`, `generateNeighborTestData`."""
 
 from .lattice import generateNeighborTestData, sampleDensestLattice
 

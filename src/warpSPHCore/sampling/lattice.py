@@ -1,4 +1,4 @@
-"""Particle lattices for tests and examples (`testing.md` §14).
+"""Particle lattices for tests and examples.
 
 * `sampleDensestLattice`: the densest lattice (1D uniform, 2D hexagonal, 3D FCC) with about n
   particles in a box, as a periodic supercell, on the host in float64 NumPy.

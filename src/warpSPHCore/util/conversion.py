@@ -1,7 +1,8 @@
 """Torch -> Warp array conversion for non-differentiable structure code.
 
 Views are built from `t.detach()` with canonical strides: degenerate strides (e.g. from
-`vstack(...).mT` in 1D, or empty tensors) are normalised first (pitfall W10).
+`vstack(...).mT` in 1D, or empty tensors) are normalised first (`wp.from_torch`
+rejects such strides although torch calls the tensor contiguous).
 """
 
 from __future__ import annotations

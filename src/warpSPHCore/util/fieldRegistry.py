@@ -1,10 +1,10 @@
-"""The Field registry: identity-keyed torch -> Warp view cache and permanent null fields
-(`autodiff.md` §5, §14; pitfalls W19-W22, W30, W31, W81).
+"""The Field registry: identity-keyed torch -> Warp view cache and permanent null fields.
 
 Attached Fields
     `acquireView(t)` caches the zero-copy Warp view of a tensor **on the tensor object
     itself** (attribute ``_wsc_field``), so the cache is keyed by identity, never by storage
-    address (W19). The Field holds no reference back to ``t``: its views are built from
+    address (an address-keyed cache once shared never-zeroed gradient buffers between unrelated
+    calls). The Field holds no reference back to ``t``: its views are built from
     ``t.detach()`` (a distinct object sharing storage), so ``t`` dies by refcount alone and
     takes its views with it. A provenance check (data pointer, shape, strides, dtype,
     device, owner id) rebuilds the views when the tensor's storage was swapped
@@ -12,7 +12,7 @@ Attached Fields
     ``clone()`` drops the attribute; ``copy``/``deepcopy`` turn the Field into ``None``;
     pickling (``torch.save``) turns it into an empty ``collections.OrderedDict`` — an inert
     placeholder that ``torch.load(weights_only=True)`` accepts — so a device-pointer holder
-    never survives a restart file (W31). Anything that is not a Field under
+    never survives a restart file. Anything that is not a Field under
     ``_wsc_field`` is ignored and overwritten.
 
     Views are keyed by (role, Warp dtype, requires_grad): a grad view owns a zero gradient
@@ -22,7 +22,7 @@ Attached Fields
     before a launch ("zero-on-acquire") is the caller's job (`StateAwareWarpFunction`).
 
     Never cached: non-contiguous tensors and tensors with degenerate strides (a cached view
-    of a contiguous copy would go stale after in-place writes to the original, W30), empty
+    of a contiguous copy would go stale after in-place writes to the original), empty
     tensors (replaced by a fresh empty tensor with canonical strides), and everything when
     ``WARPSPHCORE_DISABLE_FIELD_CACHE=1`` (`util.gates`: read once).
 
@@ -163,7 +163,7 @@ class Field:
     def device(self) -> torch.device:
         return self._device
 
-    # A device-pointer holder must never survive copies or restart files (W31).
+    # A device-pointer holder must never survive copies or restart files.
     def __copy__(self):
         return None
 
@@ -204,7 +204,7 @@ def acquireView(t: torch.Tensor, role: Role = Role.PRIMAL, dtype=None, *,
 
     Args:
         t: the tensor (the caller's object itself — never ``t.detach()``, which is a new
-            object every call and would never hit the cache, W22).
+            object every call and would never hit the cache).
         role: `Role` of the view (views are cached per role).
         dtype: Warp dtype of the view; None selects `castTorchToWarpAsBuiltins`'s mapping.
         requires_grad: return the view that owns a gradient buffer (float tensors only).

@@ -1,4 +1,4 @@
-"""Environment gates, read once (issue 15): the ``WARPSPHCORE_*`` switches of the bridge.
+"""Environment gates, read once: the ``WARPSPHCORE_*`` switches of the bridge.
 
 Every gate is read from the environment when this module is imported and kept here; the
 per-call code asks `gate(name)` (a dict lookup) instead of reading ``os.environ`` on every

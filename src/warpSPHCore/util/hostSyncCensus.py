@@ -1,12 +1,14 @@
-"""Host-sync census (`autodiff.md` §15.2, `testing.md` §10): a diagnostic used by the tests
+"""Host-sync census: a diagnostic used by the tests
 (`tests/operations/test_no_host_sync.py`, `tests/neighborhood/test_census.py`) and by
 `scripts/benchmarks/count_host_syncs.py`.
 
 `Census` patches, for the duration of a ``with`` block, every operation that reads device
-memory back to the host or synchronises (the list of §15.2) and counts each call, on any
-device. Counting is deliberately device-agnostic so the census runs on CPU. Each hit is
-attributed to the innermost stack frame inside the package (``sites``; ``byModule()`` and
-``bySite()`` aggregate them). Not thread-safe: it patches torch and Warp globally.
+memory back to the host or synchronises (the lists below: tensor readbacks, ops with
+data-dependent output shapes, synchronising `torch.linalg` routines, Warp synchronisations,
+boolean-mask indexing) and counts each call, on any device. Counting is deliberately
+device-agnostic so the census runs on CPU. Each hit is attributed to the innermost stack
+frame inside the package (``sites``; ``byModule()`` and ``bySite()`` aggregate them). Not
+thread-safe: it patches torch and Warp globally.
 """
 
 from __future__ import annotations

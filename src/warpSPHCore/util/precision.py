@@ -1,7 +1,7 @@
 """Per-call precision: the scalar type of a call is the dtype of its float tensors.
 
 Nothing here is global: every helper maps a torch dtype to Warp types on demand
-(difference a, pitfall W17).
+(no import-time precision: float32 and float64 calls mix freely in one process).
 """
 
 from __future__ import annotations

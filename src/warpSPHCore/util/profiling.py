@@ -1,4 +1,4 @@
-"""Dependency-free gate for `torch.profiler.record_function` regions (pitfall W27).
+"""Dependency-free gate for `torch.profiler.record_function` regions.
 
 ``WARPSPHCORE_PROFILING=1`` (read once, at import) makes `recordFunction(name)` return a
 real ``torch.profiler.record_function`` region (about 70-115 µs per call); otherwise it

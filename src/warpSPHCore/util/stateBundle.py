@@ -1,4 +1,4 @@
-"""Persistent Warp struct instances for the no-grad path (`autodiff.md` §14; pitfall W25).
+"""Persistent Warp struct instances for the no-grad path.
 
 Building a Warp struct (and assigning its array fields, each a dtype check plus a ctype
 rebuild) costs tens of microseconds per launch. On the **no-grad path only**, `build_fn`
@@ -104,7 +104,8 @@ def stateBundleFor(key) -> StateBundle:
 def makeStruct(structClass, fields: dict, *, use_bundle: bool = False, key=None):
     """A `structClass` instance holding `fields`: fresh, or the bundled one refreshed in place.
 
-    ``use_bundle`` must be False for any launch recorded on a tape (W25); with
+    ``use_bundle`` must be False for any launch recorded on a tape (the tape re-reads the
+    struct's fields at backward; module docstring); with
     ``WARPSPHCORE_DISABLE_BUNDLE=1`` a fresh instance is returned regardless.
     """
     if use_bundle and not bundleDisabled():

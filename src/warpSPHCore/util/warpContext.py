@@ -1,7 +1,8 @@
 """Warp initialisation and device/stream helpers shared by every launch site.
 
 Every launch passes `device=` explicitly and, on CUDA, runs on PyTorch's current stream for
-that device (pitfalls W8, W67).
+that device (without `device=`, Warp launches on its own default device; on its own stream,
+a launch would be unordered with the surrounding torch work).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _warpDeviceName(torchDevice: str) -> str:
 
 
 def warpDevice(device) -> str:
-    """Warp device alias for a torch device (keyed by string: wp.Device is unhashable, W28)."""
+    """Warp device alias for a torch device (keyed by string: wp.Device is unhashable)."""
     ensureWarp()
     return _warpDeviceName(str(torch.device(device)))
 
