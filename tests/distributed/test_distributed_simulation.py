@@ -33,6 +33,22 @@ from warpSPHCore.fluids import FluidState, LoopOptions
 from warpSPHCore.fluids.cases import dambreak, tgv
 
 STEPS = 200
+
+
+def _spawn(fn, nproc, *args):
+    """`spawn` with one retry when a rank died by a signal with no Python error (once, in a
+    full cold-cache run on a loaded 2-core machine, both ranks of a finished run aborted in
+    the process group's teardown: "terminate called without an active exception"). A rank
+    that raises, an assertion and a hang still fail."""
+    from torch.multiprocessing import ProcessExitedException
+
+    try:
+        return spawn(fn, nproc, *args, timeout=600)
+    except ProcessExitedException as e:
+        if e.signal_name is None:
+            raise
+        print(f"spawn: rank {e.error_index} died by {e.signal_name}; running again once")
+        return spawn(fn, nproc, *args, timeout=600)
 TGV = dict(n=24, relax=20, t=0.05)
 DAM = dict(n=8)
 DAM_SPEED = 2.0 * math.sqrt(9.81 * 2.0)
@@ -89,7 +105,7 @@ def references():
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_equal_to_one_process(ranks, references):
-    results = spawn(_equalRun, ranks, STEPS, timeout=600)
+    results = _spawn(_equalRun, ranks, STEPS)
     for name in ("tgv", "dam"):
         ref = references[name]
         x, v, rho, timings = results[0][name]
@@ -142,7 +158,7 @@ def test_gradients_equal_one_process():
     loss = _loss(sim.state.positions, sim.state.velocities, _weight(case.positions))
     ref = [float(g) for g in torch.autograd.grad(loss, [U, nu])]
     for checkpoint in (False, True):
-        results = spawn(_gradRun, 2, checkpoint, timeout=600)
+        results = _spawn(_gradRun, 2, checkpoint)
         for value, grads, builds in results:
             assert builds >= 2  # a migration inside the differentiated run
             assert abs(value - float(loss.detach())) <= 1e-12 * abs(float(loss.detach()))
@@ -184,7 +200,7 @@ def _resumeAlone(rank, size, folder):
 
 
 def test_restart_continues_bitwise(tmp_path):
-    results = spawn(_restartRun, 2, str(tmp_path), timeout=600)
+    results = _spawn(_restartRun, 2, str(tmp_path))
     for x0, v0, x1, v1, rebuilds, _frames in results:
         assert rebuilds >= 1  # the continuation rebuilt from the restored halo and list
         assert torch.equal(x0, x1) and torch.equal(v0, v1)
@@ -192,7 +208,7 @@ def test_restart_continues_bitwise(tmp_path):
         f"frame_{k:06d}.h5" for k in range(0, 46, 10)]
     assert sorted(p.name for p in tmp_path.glob("restart*")) == [
         "restart.rank0of2.pt", "restart.rank1of2.pt"]
-    message = spawn(_resumeAlone, 1, str(tmp_path), timeout=600)[0]
+    message = _spawn(_resumeAlone, 1, str(tmp_path))[0]
     assert message is not None and "rank 0" in message and "restart.rank0of2.pt" in message
 
 
@@ -219,7 +235,7 @@ def _badSetups(rank, size):
 
 
 def test_bad_setups_name_the_rank():
-    results = spawn(_badSetups, 2, timeout=600)
+    results = _spawn(_badSetups, 2)
     for rank, out in enumerate(results):
         assert f"rank {rank}" in out["reservoir"] and "reservoir" in out["reservoir"]
 
@@ -273,7 +289,7 @@ def test_forward_mode_equals_reverse_mode_of_one_process():
     sim.run(12)
     loss = _loss(sim.state.positions, sim.state.velocities, _weight(case.positions))
     (ref,) = torch.autograd.grad(loss, [U])
-    for tangent, builds in spawn(_forwardRun, 2, timeout=600):
+    for tangent, builds in _spawn(_forwardRun, 2):
         assert builds >= 2
         assert abs(tangent - float(ref)) <= 1e-10 * abs(float(ref))
 
@@ -321,7 +337,7 @@ def _census(rank, size):
 def test_host_sync_census_of_a_step():
     """A step between rebuilds reads back once (the rebuild test's all-reduce), on every
     rank."""
-    for counts in spawn(_census, 2, timeout=600):
+    for counts in _spawn(_census, 2):
         quiet = [total for rebuilt, total in counts if not rebuilt]
         assert quiet and all(total == 1 for total in quiet), counts
 
@@ -380,7 +396,7 @@ def test_open_channel_across_ranks_equals_one_process():
                                                                       wrap=False))
     sim.run(CHANNEL_STEPS)
     (ref,) = torch.autograd.grad(_channelLoss(sim.state, ob, kinds), [U])
-    for x, v, g, pool0, pool, timings in spawn(_channelRun, 2, timeout=600):
+    for x, v, g, pool0, pool, timings in _spawn(_channelRun, 2):
         assert pool < pool0  # lanes took pool particles during the run
         assert timings["halo"] > 0
         assert float((x - sim.state.positions.detach()).abs().max()) <= 1e-12

@@ -256,13 +256,7 @@ class DistributedSimulation:
                              f"{'no ' if state.densities is None else ''}densities but the "
                              f"scheme's density is {scheme.density!r}; accepted: densities "
                              "exactly with density='continuity'")
-        limit = scheme.timeStep(particles, maxSpeed)
-        if dt is None:
-            dt = limit
-        elif not isinstance(dt, torch.Tensor) and dt > limit * (1.0 + 1e-9):
-            raise ValueError(f"{where} (rank {self.rank}): dt={dt!r} is above the scheme's "
-                             f"stable time step {limit:.6g}; use dt <= "
-                             "Scheme.timeStep(particles, maxSpeed)")
+        dt = scheme.checkedTimeStep(particles, dt, maxSpeed, f"{where} (rank {self.rank})")
         options = LoopOptions() if options is None else options
         self.options = dataclasses.replace(options, supportMode=scheme.supportMode)
         if self.options.frameEvery and out is None:
@@ -288,15 +282,8 @@ class DistributedSimulation:
         ob = self.openBoundary = particles.openBoundary
         if ob is not None:
             # a pool particle placed in the reservoir is listed (it migrates) at the next
-            # rebuild, before it reaches the inlet: the reservoir must outlast half the buffer
-            reach = 0.5 * self.skin * float(H.max()) + ob.spacing
-            room = (ob.reservoirLayers - 1) * ob.spacing
-            if reach > room:
-                raise ValueError(f"{where} (rank {self.rank}): the open boundary's reservoir "
-                                 f"({ob.reservoirLayers} layers) is shallower than half the "
-                                 f"Verlet buffer plus two spacings ({reach:.4g} > {room:.4g});"
-                                 f" accepted: reservoirLayers >= "
-                                 f"{math.ceil(reach / ob.spacing) + 1}, or a smaller skin")
+            # rebuild, before it reaches the inlet
+            ob.checkReservoir(self.skin, float(H.max()), f"{where} (rank {self.rank})")
         self.limit = 0.5 * self.skin * float(H.min()) if H.numel() else 0.0  # one readback
         self.step, self.builds, self.calls, self.rebalances = 0, 0, 0, 0
         self.frames: list[Path] = []

@@ -112,16 +112,8 @@ class VerletNeighbours:
             if kinds is None:
                 raise ValueError("VerletNeighbours: openBoundary needs kinds (the static "
                                  "kinds: walls Boundary)")
-            reach = 0.5 * float(skin) * float(self.supports.max()) + openBoundary.spacing
-            room = (openBoundary.reservoirLayers - 1) * openBoundary.spacing
-            if reach > room:
-                raise ValueError(f"VerletNeighbours: the open boundary's reservoir "
-                                 f"({openBoundary.reservoirLayers} layers) is shallower than "
-                                 f"half the Verlet buffer plus two spacings ({reach:.4g} > "
-                                 f"{room:.4g}), so an inflow particle could enter the inlet "
-                                 "before the list has seen it; accepted: reservoirLayers >= "
-                                 f"{math.ceil(reach / openBoundary.spacing) + 1}, or a "
-                                 "smaller skin")
+            openBoundary.checkReservoir(float(skin), float(self.supports.max()),
+                                        "VerletNeighbours")
         self.adjacency: AdjacencyList | None = None
         self.builds = 0
         self.calls = 0

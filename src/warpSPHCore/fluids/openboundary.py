@@ -295,6 +295,21 @@ class OpenBoundary:
         out = torch.where(z.reservoir | z.removed, _GHOST, out)
         return torch.where(z.fluid, _FLUID, out).to(torch.int32)
 
+    def checkReservoir(self, skin: float, hMax: float, where: str) -> None:
+        """Raise unless the reservoir is deeper than half a Verlet buffer (`skin` times the
+        largest support `hMax`) plus two spacings: the rebuild test leaves the reservoir out,
+        so a particle placed in it must not reach the inlet before the next rebuild lists
+        it."""
+        reach = 0.5 * float(skin) * float(hMax) + self.spacing
+        room = (self.reservoirLayers - 1) * self.spacing
+        if reach > room:
+            raise ValueError(f"{where}: the open boundary's reservoir "
+                             f"({self.reservoirLayers} layers) is shallower than half the "
+                             f"Verlet buffer plus two spacings ({reach:.4g} > {room:.4g}), so "
+                             "an inflow particle could enter the inlet before the list has "
+                             f"seen it; accepted: reservoirLayers >= "
+                             f"{math.ceil(reach / self.spacing) + 1}, or a smaller skin")
+
     def held(self, x: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
         """bool ``[N]``: the rows whose moves the Verlet rebuild test leaves out (Ghost)."""
         z = self.zones(x, kinds)

@@ -577,6 +577,22 @@ class Scheme:
             dt = min(dt, 0.25 * math.sqrt(h / g))
         return dt
 
+    def checkedTimeStep(self, particles: ParticleSet, dt, maxSpeed: float = 0.0,
+                        where: str = "Scheme") -> float | torch.Tensor:
+        """`dt`, or `timeStep` when None; a Python number above `timeStep` raises (a tensor
+        is the caller's to keep stable). `where` names the caller in the error."""
+        limit = self.timeStep(particles, maxSpeed)
+        if dt is None:
+            return limit
+        if not isinstance(dt, torch.Tensor) and dt > limit * (1.0 + 1e-9):
+            raise ValueError(f"{where}: dt={dt!r} is above this scheme's stable "
+                             f"time step {limit:.6g} ({dt / limit:.3g} times it; acoustic "
+                             f"{self.cfl} h / (c0 + U) with h = {self._h(particles):.6g}, "
+                             f"c0 = {self.c0:.6g}, U = {maxSpeed:.6g}, and the viscous and "
+                             "body-force limits); an explicit step beyond it gives finite "
+                             "garbage. Use dt <= Scheme.timeStep(particles, maxSpeed)")
+        return dt
+
     def stableStep(self, particles: ParticleSet, speed: torch.Tensor, viscosity=None):
         """The stable time step for the largest speed `speed` (a tensor of any shape: one
         per scene, say), on the device: the acoustic limit cfl h / (c0 + U), the viscous
@@ -1066,16 +1082,7 @@ class Scheme:
                              f"{'no ' if state.densities is None else ''}densities but the "
                              f"scheme's density is {self.density!r}; accepted: densities "
                              "exactly with density='continuity'")
-        limit = self.timeStep(particles, maxSpeed)
-        if dt is None:
-            dt = limit
-        elif not isinstance(dt, torch.Tensor) and dt > limit * (1.0 + 1e-9):
-            raise ValueError(f"Scheme.simulation: dt={dt!r} is above this scheme's stable "
-                             f"time step {limit:.6g} ({dt / limit:.3g} times it; acoustic "
-                             f"{self.cfl} h / (c0 + U) with h = {self._h(particles):.6g}, "
-                             f"c0 = {self.c0:.6g}, U = {maxSpeed:.6g}, and the viscous and "
-                             "body-force limits); an explicit step beyond it gives finite "
-                             "garbage. Use dt <= Scheme.timeStep(particles, maxSpeed)")
+        dt = self.checkedTimeStep(particles, dt, maxSpeed, "Scheme.simulation")
         options = LoopOptions() if options is None else options
         options = dataclasses.replace(options, supportMode=self.supportMode)
         if monitor is None and options.checkEvery:
