@@ -259,6 +259,13 @@ def _runParser(sub) -> None:
         c.add_argument("--rebalance", type=int, default=0,
                        help="across processes: a new bisection at every k-th neighbour "
                        "rebuild (default 0: never)")
+        c.add_argument("--verlet-check-every", type=int, default=1, metavar="K",
+                       help="read the neighbour list's rebuild decision once every K steps "
+                       "(default 1: at every rate evaluation; K > 1: no host sync between "
+                       "decisions; one process only)")
+        c.add_argument("--capture", action="store_true",
+                       help="replay the K steps between decisions as one CUDA graph (CUDA "
+                       "devices; needs --verlet-check-every K >= 2)")
 
 
 def _run(args) -> int:
@@ -275,6 +282,22 @@ def _run(args) -> int:
     if args.nproc < 1:
         raise SystemExit(f"warpsph run: --nproc {args.nproc}; accepted: >= 1")
     import torch.distributed as dist
+
+    from .fluids.cases._common import loopOptions
+
+    loop = {}
+    if args.verlet_check_every != 1 or args.capture:
+        distributed = args.nproc > 1 or (dist.is_available() and dist.is_torchelastic_launched())
+        if distributed:
+            raise SystemExit("warpsph run: --verlet-check-every and --capture run in one "
+                             "process; across processes the ranks decide once per step")
+        loop = {"verletCheckEvery": args.verlet_check_every, "capture": args.capture}
+        from .fluids.loop import LoopOptions
+
+        try:
+            LoopOptions(**loop)  # validated before the case is set up
+        except ValueError as e:
+            raise SystemExit(f"warpsph run: {e}") from None
 
     if dist.is_available() and dist.is_torchelastic_launched():
         from .distributed.cases import runCase
@@ -294,7 +317,8 @@ def _run(args) -> int:
         results = spawnCase(args.case, config, out, args.nproc, writer=writeParticles,
                             quiet=args.quiet, rebalanceEvery=args.rebalance)
     else:
-        results = case.run(config, out, writer=writeParticles, quiet=args.quiet)
+        with loopOptions(**loop):
+            results = case.run(config, out, writer=writeParticles, quiet=args.quiet)
     rows = [(k, v) for k, v in results.items() if isinstance(v, (int, float, str))]
     width = max(len(k) for k, _ in rows)
     print(f"\nwarpsph run {args.case}: {case.summary}")

@@ -34,6 +34,24 @@ def test_run_tgv_writes_results_and_frames(tmp_path, capsys):
     assert "warpsph run tgv" in text and "velocityL2RelErr" in text
 
 
+def test_run_with_decisions_every_k_steps_gives_the_same_results(tmp_path, capsys):
+    """``--verlet-check-every 4``: the loop reads the rebuild decision once every 4 steps;
+    the case's errors equal those of a check per evaluation up to rounding."""
+    results = []
+    for k in ("1", "4"):
+        out = tmp_path / k
+        assert main(["run", "tgv", "--n", "12", "--t", "0.02", "--relax", "10", "--out",
+                     str(out), "--quiet", "--verlet-check-every", k]) == 0
+        results.append(json.loads((out / "results.json").read_text()))
+    a, b = results
+    assert a["steps"] == b["steps"] == 11
+    assert b["velocityL2RelErr"] == pytest.approx(a["velocityL2RelErr"], rel=1e-9)
+    with pytest.raises(SystemExit, match="one process"):
+        main(["run", "tgv", "--nproc", "2", "--verlet-check-every", "4", "--quiet"])
+    with pytest.raises(SystemExit, match="verletCheckEvery >= 2"):
+        main(["run", "tgv", "--capture", "--quiet"])
+
+
 def test_run_rejects_an_unknown_case_and_a_bad_config(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["run", "nocase"])

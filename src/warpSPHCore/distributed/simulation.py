@@ -243,6 +243,11 @@ class DistributedSimulation:
     # ------------------------------------------------------------------ set-up
     def _configure(self, where, scheme, particles, state, dt, maxSpeed, options, stepper,
                    depth, rebalanceEvery, checkpoint, out, writer, frameFields, group):
+        if options is not None and (options.verletCheckEvery > 1 or options.capture):
+            raise ValueError(f"{where}: LoopOptions(verletCheckEvery="
+                             f"{options.verletCheckEvery}, capture={options.capture}); "
+                             "accepted across ranks: verletCheckEvery=1, capture=False (the "
+                             "ranks decide together once per step, in one all-reduce)")
         self.group, self.rank, self.size = processGroup(where, group)
         if not isinstance(scheme, Scheme):
             raise TypeError(f"{where}: scheme is a {type(scheme).__name__}; accepted: a "

@@ -25,10 +25,26 @@ A `Scheme` builds the rates, the stepper, the time step and the health checks of
   non-finite field raises with the field and the first particle, a particle leaving the
   domain or crossing a wall is reported, a time step above the stable limit raises. The
   initial state is checked when the simulation is built.
-* **No host syncs per step** beyond the Verlet check: the time step is a Python number or a
+* **No host syncs per step** beyond the Verlet check (none at all between decisions read
+  every k steps, below): the time step is a Python number or a
   0-dim tensor (a tensor is never read back; ``run(until=...)`` reads it once per call to
   count the steps), the step counter lives on the host, progress only counts steps. Frames
   and restart files copy the state to the host, every k steps.
+* **Decisions every k steps.** With ``LoopOptions.verletCheckEvery = k > 1`` the list's
+  rebuild decision is read once every k steps (`VerletNeighbours.decide`: the validity flags
+  recorded on the device since the last decision, the health checks, and a test ahead over
+  the next k steps, rebuilding when it fails); the steps in between make no host
+  synchronisation (tests/fluids/test_loop.py counts 0). When the flags say a list was used
+  beyond its buffer, the simulation goes back to the state, carried rates and step of the
+  last decision, searches afresh there and takes those k steps again with a check at each
+  rate evaluation (``replays`` counts it; frames are written again, callbacks see the steps
+  again): the answer is the one of a check per evaluation, never a stale list's.
+* **CUDA graphs.** ``LoopOptions(capture=True)`` records the k steps between two decisions
+  as one CUDA graph (on static copies of the state and carried rates; the time becomes a
+  0-dim float64 tensor) and replays it while the list holds: the first segment on a new list
+  runs eagerly (it compiles the kernels and warms the caches), the next is captured, the
+  following ones replay. The replay equals the eager steps bitwise (a CUDA test of ``make
+  gpu-check``). Callbacks run once per segment; frames and restarts fall on segment ends.
 * **Frames** every ``LoopOptions.frameEvery`` steps go through a writer with the signature
   of `warpSPHCore.io.writeParticles` (``frame_000120.vtu``: positions, velocities,
   densities, accelerations and the fields of ``frameFields(state, rates)``).
@@ -84,6 +100,15 @@ class LoopOptions:
         checkEvery: the default health checks (`fluids.health.HealthMonitor`: non-finite
             fields, particles leaving the domain) every k rate evaluations, on the Verlet
             readback (0: none; a monitor given to `Simulation` has its own interval).
+        verletCheckEvery: read the neighbour list's rebuild decision once every k steps
+            (1: at every rate evaluation). With k > 1 the steps between decisions make no
+            host synchronisation; the health checks ride on the decision's readback (every
+            k steps); a segment whose list went past its buffer is taken again with a check
+            per step (module docstring, "Decisions every k steps").
+        capture: record a segment of ``verletCheckEvery`` steps as one CUDA graph and
+            replay it while the list holds (needs CUDA tensors that do not require grad,
+            ``verletCheckEvery`` > 1, and ``frameEvery`` / ``restartEvery`` multiples of
+            it; callbacks run once per segment).
     """
 
     skin: float = 0.1
@@ -94,6 +119,8 @@ class LoopOptions:
     restartEvery: int = 0
     progress: bool = True
     checkEvery: int = 1
+    verletCheckEvery: int = 1
+    capture: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.skin, (int, float)) and math.isfinite(self.skin)
@@ -103,6 +130,22 @@ class LoopOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"LoopOptions: {name}={v!r}; accepted: an int >= 0 (0: off)")
+        k = self.verletCheckEvery
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"LoopOptions: verletCheckEvery={k!r}; accepted: an int >= 1")
+        if not isinstance(self.capture, bool):
+            raise ValueError(f"LoopOptions: capture={self.capture!r}; accepted: True or False")
+        if self.capture:
+            if k < 2:
+                raise ValueError("LoopOptions: capture=True records the steps between two "
+                                 "rebuild decisions; set verletCheckEvery >= 2 (the steps "
+                                 "in one graph)")
+            for name in ("frameEvery", "restartEvery"):
+                v = getattr(self, name)
+                if v % k:
+                    raise ValueError(f"LoopOptions: {name}={v} with capture=True; accepted: "
+                                     f"a multiple of verletCheckEvery={k} (a captured "
+                                     "segment is replayed whole)")
         if self.frameFormat not in _FRAME_FORMATS:
             raise ValueError(f"LoopOptions: frameFormat={self.frameFormat!r}; accepted: "
                              f"{', '.join(_FRAME_FORMATS)}")
@@ -228,6 +271,9 @@ class Simulation:
         neighbours: the `VerletNeighbours` policy.
         monitor: the `HealthMonitor` (or None).
         frames: the frame files written, in order.
+        replays: the segments taken again because a list went past its buffer (with
+            ``verletCheckEvery`` > 1).
+        captures: the CUDA graphs recorded (with ``capture``).
     """
 
     def __init__(self, state: FluidState, rates, domain, supports, dt, *,
@@ -269,6 +315,14 @@ class Simulation:
                                            openBoundary=openBoundary, kinds=kinds)
         self.frames: list[Path] = []
         self._framed: int | None = None
+        self.replays = 0
+        self.captures = 0
+        self.neighbours.deferred = options.verletCheckEvery > 1
+        self._decided = None  # (state, rates, step) of the last deferred decision
+        self._decidedAt = None  # its step
+        self._eagerUntil = 0  # a replayed segment checks at every evaluation up to this step
+        self._segment = None  # the captured segment (`_Segment`)
+        self._warmList = None  # the list the last eager segment ran on (capture warms on it)
         if options.wrap:
             self.state = replace(state, positions=wrapPeriodic(state.positions, domain))
         if openBoundary is not None:
@@ -301,11 +355,57 @@ class Simulation:
         return sim
 
     def advance(self) -> FluidState:
-        """One step of the stepper (`integrators.advance`); returns the new state."""
+        """One step of the stepper (`integrators.advance`); returns the new state. With
+        ``verletCheckEvery`` = k > 1 a step whose number is a multiple of k first reads the
+        rebuild decision (module docstring); when that goes back to the last decision, the
+        step returned is the first step taken again."""
+        k = self.options.verletCheckEvery
+        if k > 1 and self.step % k == 0 and self.step >= self._eagerUntil \
+                and self._decidedAt != self.step:
+            self._decide()
+        self._step()
+        return self.state
+
+    def settle(self) -> bool:
+        """Read the deferred rebuild decision now, unless it was read at this step (`run`
+        ends with it, so the state it returns was computed with valid lists; after calling
+        `advance` alone, call this before trusting the state). When a list had gone past its
+        buffer the steps since the last decision are taken back (the state returns to it)
+        and True is returned: advance to the step again. No-op (False) with
+        ``verletCheckEvery`` = 1."""
+        if self.options.verletCheckEvery == 1 or self._decidedAt == self.step:
+            return False
+        return self._decide(ahead=False)
+
+    def _step(self) -> None:
+        self.neighbours.deferred = (self.options.verletCheckEvery > 1
+                                    and self.step >= self._eagerUntil)
         self.state, self.rates = advance(self.stepper, self.state, self.dt, self.rateFn,
                                          self.neighbours, self.rates)
         self.step += 1
-        return self.state
+
+    def _decide(self, ahead: bool = True) -> bool:
+        """The deferred decision at a multiple of k (`ahead`: with the test ahead and its
+        rebuild; else only the check of the steps taken, `settle`); on a list used past its
+        buffer, back to the last decision (returns True)."""
+        k = self.options.verletCheckEvery
+        dt = self.dt.detach() if isinstance(self.dt, torch.Tensor) else self.dt
+        if not self.neighbours.decide(self.state, k * dt if ahead else None):
+            self._decided = (self.state, self.rates, self.step)
+            self._decidedAt = self.step
+            return False
+        if self._decided is None:
+            raise RuntimeError(
+                f"Simulation: at step {self.step} a neighbour list had been used beyond its "
+                "buffer, and the state of the last decision is not held (the run was resumed "
+                "from a restart file since): the steps since may have missed pairs. Resume "
+                "from an earlier restart with a smaller verletCheckEvery or a larger skin")
+        self.state, self.rates, self.step = self._decided
+        self._decidedAt = None
+        self.neighbours.rebuild(self.state)
+        self._eagerUntil = self.step + k
+        self.replays += 1
+        return True
 
     def stepsUntil(self, time) -> int:
         """The number of steps from the current time to `time` (the last step may end up to
@@ -343,17 +443,45 @@ class Simulation:
         from tqdm import tqdm
 
         opts = self.options
+        target = self.step + n
         self._frame()
         with tqdm(total=n, desc="simulate", unit="step", disable=not opts.progress) as bar:
-            for _ in range(n):
-                self.advance()
-                bar.update()
+            while self.step < target or self.settle():
+                before = self.step
+                if opts.capture:
+                    self._captureOrAdvance(target)
+                else:
+                    self.advance()
+                bar.update(max(0, self.step - before))
                 if callback is not None:
                     callback(self)
                 self._frame()
                 if opts.restartEvery and self.step % opts.restartEvery == 0:
                     self.save(self.out / "restart.pt")
         return self.state
+
+    def _captureOrAdvance(self, target: int) -> None:
+        """With ``capture``: a whole segment of k steps (eager on a new list, then captured
+        and replayed), or one eager step where no whole segment fits."""
+        k = self.options.verletCheckEvery
+        if self.step % k or target - self.step < k or self.step < self._eagerUntil:
+            self.advance()
+            return
+        _capturable(self.state, self.rates)
+        if self._decidedAt != self.step and self._decide():
+            return
+        adjacency = self.neighbours.adjacency
+        if adjacency is None or self._warmList is not adjacency:
+            for _ in range(k):  # the first segment on a list: eager (compiles, warms)
+                self._step()
+            self._warmList = self.neighbours.adjacency
+            return
+        if self._segment is None or self._segment.adjacency is not adjacency:
+            self._segment = _Segment(self, k)
+            self.captures += 1
+        self.state, self.rates = self._segment.replay(self.state, self.rates)
+        self.step += k
+        self.neighbours.calls += self._segment.calls
 
     def save(self, path) -> Path:
         """Write a restart file (`saveRestart`) of the current step.
@@ -381,8 +509,126 @@ class Simulation:
         path = self.out / f"frame_{self.step:06d}.{self.options.frameFormat}"
         self.out.mkdir(parents=True, exist_ok=True)
         self.writer(path, fields=fields, domain=self.domain, time=s.time)
-        self.frames.append(path)
+        if path not in self.frames:  # a replayed segment writes its frames again
+            self.frames.append(path)
         self._framed = self.step
+
+
+def _capturable(state, rates) -> None:
+    """Raise unless `state` and `rates` can be recorded in a CUDA graph."""
+    tensors = [v for v in _fields(state).values() if isinstance(v, torch.Tensor)]
+    x = state.positions
+    if x.device.type != "cuda" and _graphFactory is _cudaGraph:
+        raise ValueError(f"Simulation: LoopOptions(capture=True) records CUDA graphs; the "
+                         f"state is on {x.device} (run it on a CUDA device, or without "
+                         "capture)")
+    grads = [f.name for f in dataclasses.fields(state)
+             if isinstance(getattr(state, f.name), torch.Tensor)
+             and getattr(state, f.name).requires_grad]
+    if rates is not None:
+        grads += [f"rates.{f.name}" for f in dataclasses.fields(rates)
+                  if isinstance(getattr(rates, f.name), torch.Tensor)
+                  and getattr(rates, f.name).requires_grad]
+    if grads and torch.is_grad_enabled():
+        raise ValueError(f"Simulation: LoopOptions(capture=True) records no autograd graph, "
+                         f"and {', '.join(grads)} require grad; run without capture to "
+                         "differentiate, or under torch.no_grad()")
+    del tensors
+
+
+class _EagerGraph:
+    """The stand-in of a CUDA graph where there is none: `capture` keeps the function,
+    `replay` calls it (the tests run the segment logic on the CPU with it)."""
+
+    def __init__(self, device):
+        self.fn = None
+
+    def capture(self, fn) -> None:
+        self.fn = fn
+
+    def replay(self) -> None:
+        self.fn()
+
+
+class _cudaGraph:
+    """A ``torch.cuda.CUDAGraph`` holding torch and Warp work (`torchWarpCapture`)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.graph = None
+
+    def capture(self, fn) -> None:
+        from ..autograd.stream import torchWarpCapture, torchWarpStream
+
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(side), torchWarpStream(self.device), torchWarpCapture(graph):
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.graph = graph
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+_graphFactory = _cudaGraph
+
+
+class _Segment:
+    """k steps of a `Simulation` recorded once (a CUDA graph) on static copies of the state
+    and the carried rates, replayed while the list it was recorded with holds."""
+
+    def __init__(self, sim: Simulation, k: int):
+        self.adjacency = sim.neighbours.adjacency
+        state, rates = sim.state, sim.rates
+        time = state.time
+        if not isinstance(time, torch.Tensor):
+            time = torch.tensor(float(time), dtype=torch.float64, device=state.positions.device)
+        self.state = replace(state, **{n: v.detach().clone() for n, v in
+                                       _fields(replace(state, time=time)).items()
+                                       if isinstance(v, torch.Tensor)})
+        self.rates = None if rates is None else replace(rates, **{
+            n: v.detach().clone() for n, v in _fields(rates).items()
+            if isinstance(v, torch.Tensor)})
+        calls = sim.neighbours.calls
+
+        def segment():
+            s, r = self.state, self.rates
+            for _ in range(k):
+                s, r = advance(sim.stepper, s, sim.dt, sim.rateFn, sim.neighbours, r)
+            _copyInto(self.state, s)
+            _copyInto(self.rates, r)
+
+        self.graph = _graphFactory(state.positions.device)
+        with torch.no_grad():
+            self.graph.capture(segment)
+        self.calls = sim.neighbours.calls - calls
+        sim.neighbours.calls = calls
+
+    def replay(self, state, rates):
+        """The state and carried rates k steps after (`state`, `rates`), as new tensors."""
+        with torch.no_grad():
+            _copyInto(self.state, state)
+            _copyInto(self.rates, rates)
+            self.graph.replay()
+        out = replace(self.state, **{n: v.clone() for n, v in _fields(self.state).items()
+                                     if isinstance(v, torch.Tensor)})
+        return out, None if self.rates is None else replace(self.rates, **{
+            n: v.clone() for n, v in _fields(self.rates).items()
+            if isinstance(v, torch.Tensor)})
+
+
+def _copyInto(static, values) -> None:
+    """Copy the tensor fields of `values` into those of `static` (in place)."""
+    if static is None:
+        return
+    for f in dataclasses.fields(static):
+        dst, src = getattr(static, f.name), getattr(values, f.name)
+        if isinstance(dst, torch.Tensor):
+            if not isinstance(src, torch.Tensor):
+                src = torch.as_tensor(src, dtype=dst.dtype, device=dst.device)
+            dst.copy_(src)
 
 
 def simulate(state: FluidState, rateFn, domain, supports, dt, *, steps=None, until=None,

@@ -31,6 +31,9 @@ __all__ = ["momentumAcceleration", "transportVelocityAccelerations", "momentumFi
 
 
 def _column(name: str, value, n: int, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # a fill on the device, no copy from the host (a step CUDA graphs can capture)
+        return torch.full((n,), float(value), dtype=like.dtype, device=like.device)
     t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
     if t.dim() == 0:
         return t.expand(n)

@@ -21,6 +21,17 @@ and a stepper evaluates it through `evaluateRates(rates, state, neighbours)`, wh
   model's), no readback;
 * any callable ``neighbours(state) -> AdjacencyList``.
 
+**A decision read once every k steps.** A `VerletNeighbours` set ``deferred`` (what
+``LoopOptions(verletCheckEvery=k)`` does) makes no readback when it hands out its list: it
+records on the device whether the list was still valid (an in-place OR into one flag) and
+returns it. Its owner calls `decide` once every k steps: one readback of that flag, of the
+health flags and of the test ahead, ``used + 2 x 1.5 x (k dt) x fastest speed <= buffer``
+(`STEP_REACH`: the particles would have to speed up by half within the k steps to go past
+it); when the test ahead fails the list is rebuilt there. A set flag means a list was used
+beyond its buffer: `decide` says so and the owner takes the steps again from where it last
+decided (`Simulation` does; never a silent stale list). Between decisions a step makes no
+host synchronisation, so a segment of k steps can be captured as one CUDA graph.
+
 **Health checks ride on the Verlet readback.** A `VerletNeighbours` given a ``monitor``
 (`fluids.health.HealthMonitor`) folds the monitor's device flags (non-finite fields,
 particles outside the domain or through a wall, a time step above the stable limit) into
@@ -38,10 +49,14 @@ import torch
 
 from ..dataTypes.adjacency import AdjacencyList
 from ..enumTypes import SupportScheme
-from ..neighborhood.verlet import buildVerletList, deferVerletChecks
+from ..neighborhood.verlet import buildVerletList, deferVerletChecks, verletBudget
 
 __all__ = ["VerletNeighbours", "wrapPeriodic", "neighbourList", "adjacencyStateDict",
-           "adjacencyFromStateDict"]
+           "adjacencyFromStateDict", "STEP_REACH"]
+
+# the bound ahead of a deferred decision: the motion of the k steps to the next decision is
+# taken as this many times the distance the fastest particle covers in them
+STEP_REACH = 1.5
 
 
 def wrapPeriodic(positions: torch.Tensor, domain) -> torch.Tensor:
@@ -117,6 +132,8 @@ class VerletNeighbours:
         self.adjacency: AdjacencyList | None = None
         self.builds = 0
         self.calls = 0
+        self.deferred = False
+        self._violation: torch.Tensor | None = None
 
     def place(self, state):
         """`state` with its positions wrapped into the periodic axes (when ``wrap``) and the
@@ -132,6 +149,8 @@ class VerletNeighbours:
         positions = state if isinstance(state, torch.Tensor) else state.positions
         prior = self.adjacency
         probe = _Probe(positions.detach(), self.supports, self.scenes)
+        if self.deferred and prior is not None:
+            return self._deferredList(probe, prior)
         monitor = None if isinstance(state, torch.Tensor) else self.monitor
         if monitor is not None and not monitor.due():
             monitor = None
@@ -143,11 +162,7 @@ class VerletNeighbours:
             if monitor is not None:
                 monitor.check(state)  # the first list: a readback of its own, once
         else:
-            test = probe
-            if held is not None and prior.queryPositions.shape == probe.positions.shape:
-                # the Ghost rows' moves do not count (their entries are never read)
-                test = _Probe(torch.where(held[:, None], prior.queryPositions.to(
-                    probe.positions), probe.positions), self.supports, self.scenes)
+            test = self._testProbe(probe, prior, held)
             with deferVerletChecks() as flags:
                 adjacency = buildVerletList(test, self.domain, self.scale, self.supportMode,
                                             prior)
@@ -166,14 +181,117 @@ class VerletNeighbours:
         self.adjacency = adjacency
         return adjacency
 
+    def _testProbe(self, probe, prior, held=None):
+        """The positions the validity test sees: the Ghost rows of an open boundary (the
+        pool and the reservoir, whose entries are never read) at their build positions."""
+        if held is None and self.openBoundary is not None:
+            held = self.openBoundary.held(probe.positions, self.kinds)
+        if held is None or prior.queryPositions.shape != probe.positions.shape:
+            return probe
+        return _Probe(torch.where(held[:, None], prior.queryPositions.to(probe.positions),
+                                  probe.positions), self.supports, self.scenes)
+
+    def _flag(self, device) -> torch.Tensor:
+        """The deferred validity flag (bool ``[1]``, updated in place: a captured segment
+        writes the same buffer)."""
+        if self._violation is None or self._violation.device != torch.device(device):
+            self._violation = torch.zeros(1, dtype=torch.bool, device=device)
+        return self._violation
+
+    def _deferredList(self, probe, prior) -> AdjacencyList:
+        """The list handed out between decisions: no readback, its validity ORed into the
+        device flag."""
+        test = self._testProbe(probe, prior)
+        with deferVerletChecks() as flags:
+            adjacency = buildVerletList(test, self.domain, self.scale, self.supportMode, prior)
+        if adjacency is prior:
+            self._flag(prior.i.device).logical_or_(flags[0])
+        else:  # a host-known reason (sizes, dtype, device): a fresh search, eagerly
+            if test is not probe:
+                adjacency = buildVerletList(probe, self.domain, self.scale, self.supportMode,
+                                            None)
+            self.builds += 1
+        self.calls += 1
+        self.adjacency = adjacency
+        return adjacency
+
+    def decide(self, state, horizon) -> bool:
+        """The deferred decision (module docstring), one readback: the health checks of
+        `state`, whether a list was used beyond its buffer since the last decision, and the
+        test ahead over `horizon` (the time to the next decision); the list is rebuilt when
+        the test ahead fails (the search's own readback); `horizon` None: no test ahead and
+        no rebuild (a check of the steps taken, which leaves the rebuild schedule as it
+        was). Returns True when a list was used beyond its buffer: the steps since the last
+        decision must be taken again (the flag is cleared)."""
+        prior = self.adjacency
+        monitor = self.monitor
+        x = state.positions.detach()
+        if prior is None:
+            if monitor is not None:
+                monitor.check(state)
+            return False
+        values = [self._flag(x.device).to(x.dtype)]
+        if horizon is None:
+            values.append(torch.zeros(1, dtype=x.dtype, device=x.device))
+        else:
+            probe = self._testProbe(_Probe(x, self.supports, self.scenes), prior)
+            used, buffer = verletBudget(prior, probe, self.domain, self.supportMode)
+            speed = self._fastest(state, probe)
+            h = horizon.detach().to(x) if isinstance(horizon, torch.Tensor) \
+                else float(horizon)
+            ahead = used + (2.0 * STEP_REACH) * h * speed
+            values.append((~(ahead <= buffer)).to(x.dtype).reshape(1))
+        if monitor is not None:
+            values.append(monitor.flags(state))
+        host = torch.cat(values).tolist()  # the decision's one readback
+        if monitor is not None and any(host[2:]):
+            monitor.report(state, host[2:])
+        self._violation.zero_()
+        if host[0]:
+            return True
+        if host[1]:
+            self.rebuild(state)
+        return False
+
+    def _fastest(self, state, probe) -> torch.Tensor:
+        """The largest speed of the rows the test counts (velocities and, where a state
+        carries them, transport velocities), 0-dim."""
+        x = probe.positions
+        speeds = [torch.linalg.vector_norm(state.velocities.detach(), dim=1)]
+        transport = getattr(state, "transportVelocities", None)
+        if transport is not None:
+            speeds.append(torch.linalg.vector_norm(transport.detach(), dim=1))
+        speed = torch.stack(speeds).amax(0)
+        if self.openBoundary is not None:
+            speed = torch.where(self.openBoundary.held(x, self.kinds), 0.0, speed)
+        if speed.shape[0] == 0:
+            return torch.zeros((), dtype=x.dtype, device=x.device)
+        return speed.amax().to(x.dtype)
+
+    def rebuild(self, state) -> AdjacencyList:
+        """A fresh search at `state` (its own readback); the deferred flag cleared."""
+        x = state if isinstance(state, torch.Tensor) else state.positions
+        self.adjacency = buildVerletList(_Probe(x.detach(), self.supports, self.scenes),
+                                         self.domain, self.scale, self.supportMode, None)
+        self.builds += 1
+        if self._violation is not None:
+            self._violation.zero_()
+        return self.adjacency
+
     def stateDict(self) -> dict | None:
-        """The current list as plain tensors and numbers (None before the first call)."""
-        return adjacencyStateDict(self.adjacency)
+        """The current list as plain tensors and numbers (None before the first call), with
+        the deferred validity flag."""
+        d = adjacencyStateDict(self.adjacency)
+        if d is not None and self._violation is not None:
+            d["violation"] = self._violation.clone()
+        return d
 
     def loadStateDict(self, d: dict | None) -> None:
         """Restore a list saved by `stateDict` (the aliasing of the query and reference sets
         included), on the device of the supports."""
         self.adjacency = adjacencyFromStateDict(d, self.supports.device)
+        if d is not None and d.get("violation") is not None:
+            self._flag(self.supports.device).copy_(d["violation"])
 
 
 def adjacencyStateDict(a: AdjacencyList | None) -> dict | None:

@@ -29,7 +29,8 @@ from .hashLength import getNextPrime
 from .search import finishCSR, search, searchInputs
 from .traversal import makeAdjacencyData
 
-__all__ = ["buildVerletList", "deferVerletChecks", "filterVerletList", "verletRebuildFlag"]
+__all__ = ["buildVerletList", "deferVerletChecks", "filterVerletList", "verletBudget",
+           "verletRebuildFlag"]
 
 _log = logging.getLogger(__name__)
 _deferred = threading.local()
@@ -140,6 +141,40 @@ def verletRebuildFlag(prior: AdjacencyList, inp: SearchInputs, mode: int) -> tor
 
     NaN anywhere (e.g. non-finite positions) sets the flag, so the rebuild's search raises.
     """
+    used, buffer = _verletBudget(prior, inp, mode)
+    valid = used <= buffer
+    return (~valid).reshape(1)
+
+
+def verletBudget(prior: AdjacencyList, queryParticles, domain,
+                 supportMode=SupportScheme.Gather, referenceParticles=None):
+    """What a Verlet list's validity test compares, as 0-dim device tensors (no readback):
+    ``(used, buffer)`` with ``used = max|dx_q| + max|dx_r| + drift`` and ``buffer =
+    (verletScale - 1) * min support`` (`buildVerletList`); the list is valid while
+    ``used <= buffer``. A caller that bounds the motion ahead (a decision read once every
+    k steps) adds its bound to ``used``.
+
+    Args:
+        prior: a list returned by `buildVerletList`.
+        queryParticles: the current query state (``.positions``/``.supports``).
+        domain: `DomainDescription`.
+        supportMode: `SupportScheme` of the test.
+        referenceParticles: the current reference state (default: the query set).
+
+    Returns:
+        ``(used, buffer)``, 0-dim tensors of the positions' dtype.
+    """
+    where = "verletBudget"
+    mode = modeUint(where, supportMode)
+    inp = searchInputs(where, queryParticles, domain, referenceParticles)
+    reason = _hostRebuildReason(prior, inp, mode, prior.verletScale if isinstance(
+        prior, AdjacencyList) else 1.0)
+    if reason is not None:
+        raise ValueError(f"{where}: the prior list cannot be tested ({reason})")
+    return _verletBudget(prior, inp, mode)
+
+
+def _verletBudget(prior: AdjacencyList, inp: SearchInputs, mode: int):
     scale = prior.verletScale
     dispQ = _maxDisplacement(inp.qPos, prior.queryPositions, inp)
     sameNow = inp.rPos is inp.qPos
@@ -159,8 +194,7 @@ def verletRebuildFlag(prior: AdjacencyList, inp: SearchInputs, mode: int) -> tor
     else:
         drift, minSup = torch.maximum(driftQ, driftR), torch.minimum(minQ, minR)
     buffer = (scale - 1.0) * minSup
-    valid = (dispQ + dispR + drift) <= buffer
-    return (~valid).reshape(1)
+    return dispQ + dispR + drift, buffer
 
 
 def buildVerletList(queryParticles, domain, verletScale=1.0, supportMode=SupportScheme.Gather,

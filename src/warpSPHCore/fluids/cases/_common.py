@@ -54,6 +54,22 @@ def simulationFactory(factory):
         _FACTORY.pop()
 
 
+_OPTIONS: list = []
+
+
+@contextlib.contextmanager
+def loopOptions(**overrides):
+    """Inside the block every case's `LoopOptions` take `overrides` (e.g.
+    ``verletCheckEvery=8, capture=True``): how ``warpsph run`` passes its loop options to
+    the unchanged cases."""
+    LoopOptions(**overrides)  # validated at once
+    _OPTIONS.append(overrides)
+    try:
+        yield
+    finally:
+        _OPTIONS.pop()
+
+
 def caseSimulation(config, out, writer, quiet: bool, scheme: Scheme, particles: ParticleSet,
                    state, dt, *, maxSpeed: float = 0.0, wrap: bool = True, frameFields=None,
                    stepper=None) -> Simulation:
@@ -63,7 +79,7 @@ def caseSimulation(config, out, writer, quiet: bool, scheme: Scheme, particles: 
     interval (frames in ``out/frames``), a progress bar unless `quiet`; inside
     `simulationFactory`, that factory's simulation."""
     options = LoopOptions(skin=config.skin, frameEvery=config.frames, progress=not quiet,
-                          wrap=wrap)
+                          wrap=wrap, **(_OPTIONS[-1] if _OPTIONS else {}))
     keywords = dict(maxSpeed=maxSpeed, options=options, writer=writer,
                     out=out / "frames" if config.frames else None, frameFields=frameFields,
                     stepper=stepper)
