@@ -136,6 +136,14 @@ def oursRunner(p, dom, adj, props, f, seed):
         out.backward(seed)
         return out.detach(), pos.grad, vals.grad
 
+    def fwdBwdValues():
+        """Forward + backward asked only for d/d values (the positions need no grad)."""
+        vals = f.detach().requires_grad_(True)
+        q = ParticleState(p.positions.detach(), p.supports, p.masses, p.kinds, p.densities)
+        out = warpOperation(q, props, dom, queryValues=vals, adjacency=adj)
+        out.backward(seed)
+        return out.detach(), vals.grad
+
     # the no-grad forward repeated on the same objects (as a user's loop at fixed inputs, and
     # as the Density benchmark): from the third call it is replayed from its call plan
     qFixed = ParticleState(p.positions, p.supports, p.masses, p.kinds, p.densities)
@@ -149,7 +157,7 @@ def oursRunner(p, dom, adj, props, f, seed):
         with torch.no_grad():
             return forward(grad=False)[0]
 
-    return fwdBwd, fwdOnly, fwdOnlyNew
+    return fwdBwd, fwdOnly, fwdOnlyNew, fwdBwdValues
 
 
 def floorRunner(p, dom, adj, f, seed, device):
@@ -197,7 +205,10 @@ def leanRunner(p, dom, adj, f, seed, device):
     def fwdOnly():
         return lean.gradient()
 
-    return fwdBwd, fwdOnly
+    def fwdBwdValues():
+        return lean.gradientValuesOnly(seedW)
+
+    return fwdBwd, fwdOnly, fwdBwdValues
 
 
 def torchWendland2Gradient(x_ij, h, d):
@@ -307,8 +318,8 @@ def main(argv=None) -> int:
     results["throughput"] = {}
     for side, d in ((128, 2), (32, 3)):
         p, dom, adj, props, f, seed = setup(side, d, device, dtype)
-        ours, oursFwd, oursFwdNew = oursRunner(p, dom, adj, props, f, seed)
-        lean, leanFwd = leanRunner(p, dom, adj, f, seed, device)
+        ours, oursFwd, oursFwdNew, oursValues = oursRunner(p, dom, adj, props, f, seed)
+        lean, leanFwd, leanValues = leanRunner(p, dom, adj, f, seed, device)
         floor, floorFwd = floorRunner(p, dom, adj, f, seed, device)
         tor, torFwd, _ = torchRunner(p, dom, adj, f, seed)
         o = ours()
@@ -316,8 +327,12 @@ def main(argv=None) -> int:
                  for name, fn in (("lean", lean), ("libfloor", floor), ("torch", tor))}
         # Interleaved rounds (each implementation once per round, medians over rounds): slow
         # drifts of a shared machine hit every implementation alike.
+        diffs["lean (d/d values only)"] = [_relDiff(a, b) for a, b in
+                                           zip(leanValues(), oursValues())]
         impls = {"ours": (ours, oursFwd), "ours_new": (lambda: None, oursFwdNew),
                  "lean": (lean, leanFwd),
+                 "ours_values": (oursValues, lambda: None),
+                 "lean_values": (leanValues, lambda: None),
                  "libfloor": (floor, floorFwd), "torch": (tor, torFwd)}
         rows = _interleavedMedians(impls, args.repeats, device)
         results["throughput"][f"{d}D"] = {
@@ -325,6 +340,8 @@ def main(argv=None) -> int:
             "fwd_ratio_lean": rows["ours"]["fwd_ms"] / rows["lean"]["fwd_ms"],
             "fwd_new_ratio_lean": rows["ours_new"]["fwd_ms"] / rows["lean"]["fwd_ms"],
             "fwd_bwd_ratio_lean": rows["ours"]["fwd_bwd_ms"] / rows["lean"]["fwd_bwd_ms"],
+            "fwd_bwd_values_ratio_lean": (rows["ours_values"]["fwd_bwd_ms"]
+                                          / rows["lean_values"]["fwd_bwd_ms"]),
             "fwd_ratio_libfloor": rows["ours"]["fwd_ms"] / rows["libfloor"]["fwd_ms"],
             "fwd_bwd_ratio_libfloor": rows["ours"]["fwd_bwd_ms"] / rows["libfloor"]["fwd_bwd_ms"],
             "fwd_bwd_ratio_torch": rows["ours"]["fwd_bwd_ms"] / rows["torch"]["fwd_bwd_ms"],
@@ -334,7 +351,7 @@ def main(argv=None) -> int:
 
     # 2. memory saved for backward, 3D 32768 float32
     p3, dom3, adj3, props3, f3, seed3 = setup(32, 3, device, torch.float32)
-    ours3, _, _ = oursRunner(p3, dom3, adj3, props3, f3, seed3)
+    ours3, _, _, _ = oursRunner(p3, dom3, adj3, props3, f3, seed3)
     _, _, torForward3 = torchRunner(p3, dom3, adj3, f3, seed3)
     edges = int(adj3.i.numel())
     held = (p3, dom3, adj3, f3, seed3)
@@ -358,6 +375,9 @@ def main(argv=None) -> int:
             print(f"{key + ' ' + str(t['N']) + ' ' + label:24s} {r['ours'][col]:8.2f} "
                   f"{r['lean'][col]:8.2f} {r['libfloor'][col]:8.2f} {r['torch'][col]:8.2f} "
                   f"{t[ratio]:9.2f} {target:>7s}")
+        print(f"{key + ' ' + str(t['N']) + ' f+b d/d values':24s} "
+              f"{r['ours_values']['fwd_bwd_ms']:8.2f} {r['lean_values']['fwd_bwd_ms']:8.2f} "
+              f"{'':8s} {'':8s} {t['fwd_bwd_values_ratio_lean']:9.2f} {'<= 1.2':>7s}")
         print(f"{key + ' ' + str(t['N']) + ' fwd, new inputs':24s} "
               f"{r['ours_new']['fwd_ms']:8.2f} {r['lean']['fwd_ms']:8.2f} {'':8s} {'':8s} "
               f"{t['fwd_new_ratio_lean']:9.2f}")

@@ -11,6 +11,9 @@ no support schemes, no index checks, no calibration.
 * `leanGradient(D, S)`:  out_i = sum_j f_j (m_j / rho_j) grad W(x_ij, h_i)  (Naive scheme,
   scalar field), with Warp's generated adjoint for ``wp.Tape`` (the neighbour loop lives in
   its own function and only accumulates, so the adjoint is exact: warp-pitfalls W3, W71).
+* `leanGradientValuesVJP(D, S)`: the hand-written adjoint of the Gradient w.r.t. the
+  values alone, df_j += (m_j / rho_j) u_i . grad W(x_ij, h_i) (the floor of a backward
+  asked only for d/d values).
 * `leanMomentum(D, S)`:  the Momentum operator's (F_i, B_i) (issue 16): w = V_i^2 + V_j^2,
   F_i = sum_j w [-p~_ij G + mu_ij (x_ij . G) / r^2 u_ij + 1/2 (A_i + A_j) . G],
   B_i = sum_j w G, with p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j),
@@ -30,7 +33,8 @@ import math
 import torch
 import warp as wp
 
-__all__ = ["leanDensity", "leanGradient", "leanMomentum", "leanSearch", "LeanRunner"]
+__all__ = ["leanDensity", "leanGradient", "leanGradientValuesVJP", "leanMomentum", "leanSearch",
+           "LeanRunner"]
 
 #: Wendland2 normalisation C_d for d = 1, 2, 3 (kernels.md §3), written out so that this
 #: module needs nothing of the library (the cold-start baseline imports only torch and Warp)
@@ -109,6 +113,40 @@ def leanGradient(d: int, scalar):
         out[i] = row(x, h, m, rho, f, nbr, off[i], cnt[i], L, i)
 
     return gradient
+
+
+@functools.cache
+def leanGradientValuesVJP(d: int, scalar):
+    """The hand-written adjoint of `leanGradient` w.r.t. the values alone: for the row
+    cotangent u_i, df_j += (m_j / rho_j) u_i . grad W(x_ij, h_i) (an atomic add per pair)."""
+    V, S = _types(d, scalar)
+    cd = _C_D[d - 1]
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def gradientValuesVJP(x: wp.array(dtype=V), h: wp.array(dtype=S), m: wp.array(dtype=S),
+                          rho: wp.array(dtype=S), nbr: wp.array(dtype=wp.int64),
+                          off: wp.array(dtype=wp.int32), cnt: wp.array(dtype=wp.int32), L: V,
+                          u: wp.array(dtype=V), df: wp.array(dtype=S)):
+        i = wp.tid()
+        xi = x[i]
+        hi = h[i]
+        hd = hi * hi
+        for _k in range(wp.static(d)):
+            hd = hd * hi
+        c = S(-20.0 * cd) / hd
+        ih = S(1.0) / hi
+        ui = u[i]
+        for e in range(off[i], off[i] + cnt[i]):
+            j = wp.int32(nbr[e])
+            xij = xi - x[j]
+            for k in range(wp.static(d)):
+                xij[k] = xij[k] - L[k] * wp.round(xij[k] / L[k])
+            q = wp.length(xij) * ih
+            if q <= S(1.0):
+                a = S(1.0) - q
+                wp.atomic_add(df, j, (m[j] / rho[j]) * (c * a * a * a) * wp.dot(ui, xij))
+
+    return gradientValuesVJP
 
 
 @functools.cache
@@ -261,6 +299,16 @@ class LeanRunner:
         wp.launch(leanGradient(self.d, self.S), dim=self.n, inputs=self._gradientInputs(),
                   outputs=[self.gradOut], device=self.device)
         return self.gradOut
+
+    def gradientValuesOnly(self, seed: wp.array):
+        """Forward, then the hand-written adjoint w.r.t. the values (`leanGradientValuesVJP`):
+        (out, d/df) as torch copies."""
+        self.gradient()
+        df = wp.zeros(self.n, dtype=self.S, device=self.device)
+        wp.launch(leanGradientValuesVJP(self.d, self.S), dim=self.n,
+                  inputs=[self.x, self.h, self.m, self.rho, self.nbr, self.off, self.cnt,
+                          self.L, seed], outputs=[df], device=self.device)
+        return wp.to_torch(self.gradOut).clone(), wp.to_torch(df)
 
     def gradientTaped(self, seed: wp.array):
         """Forward on a `wp.Tape`, backward of `seed`: (out, d/dx, d/df) as torch copies."""

@@ -268,3 +268,58 @@ def test_reverse_kernel_gradcheck_distinct_modes(device, monkeypatch, mode):
 
     assert reverseRoute(fn(*inputs)) == "gradientVJPKernel"
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
+
+
+# --- a backward asked for no position or support adjoint ------------------------------------
+
+
+@pytest.mark.parametrize("traversal", ["csr", "grid"])
+@pytest.mark.parametrize("scheme", list(GradientScheme), ids=lambda s: s.name)
+def test_reverse_kernel_without_geometry_adjoints(device, monkeypatch, scheme, traversal,
+                                                  specialized):
+    """Positions and supports without grad: the reverse kernel specialised without the
+    Hessian terms (`Configuration.geometryAdjoint` False) gives the values', masses' and
+    densities' gradients of the full reverse kernel and of the tape, and gradcheck holds."""
+    from warpSPHCore.autograd import reverse as reverseModule
+    from warpSPHCore.operators import _specialized
+
+    q, dom = _cloud2D(device, n=16)
+    n = q.positions.shape[0]
+    adj = neighbourStructure(traversal, q, dom)
+    pr = props(GRAD, gradientMode=scheme, supportMode=SupportScheme.MeanSymmetric)
+    x, h = q.positions.detach(), q.supports.detach()
+    seed = _field(n, (2,), device, 7)
+
+    def grads(positionsGrad, gate):
+        monkeypatch.setenv(GATE, gate)
+        pos = x.clone().requires_grad_(positionsGrad)
+        m, rho, f = leaves(q.masses, q.densities, _field(n, (), device, 1))
+        out = warpOperation(ParticleState(pos, h, m, q.kinds, rho), pr, dom, queryValues=f,
+                            adjacency=adj)
+        out.backward(seed)
+        return reverseRoute(out), [m.grad, rho.grad, f.grad]
+
+    asked = []
+    original = reverseModule.geometryAdjointAsked
+    monkeypatch.setattr(reverseModule, "geometryAdjointAsked",
+                        lambda args: asked.append(original(args)) or asked[-1])
+    route, without = grads(False, "0")
+    assert route == "gradientVJPKernel" and asked == [False]
+    assert any(name == "gradientVJP" and not cfg.geometryAdjoint
+               for name, cfg in _specialized._BUILT)
+    _, full = grads(True, "0")
+    assert asked[-1] is True
+    _, taped = grads(False, "1")
+    for a, b, c in zip(without, full, taped):
+        scale = max(1.0, float(b.abs().max()))
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * scale)
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12 * scale)
+    assert float(without[2].abs().max()) > 0
+    monkeypatch.setenv(GATE, "0")
+    inputs = leaves(q.masses, q.densities, _field(n, (), device, 1))
+
+    def fn(m, rho, f):
+        return warpOperation(ParticleState(x, h, m, q.kinds, rho), pr, dom, queryValues=f,
+                             adjacency=adj)
+
+    assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)

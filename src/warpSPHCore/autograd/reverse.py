@@ -100,6 +100,21 @@ def gradientBuffersWithin(args, allowed: dict) -> bool:
     return True
 
 
+def geometryAdjointAsked(args) -> bool:
+    """Whether a call's backward needs the adjoint of a particle set's positions or supports
+    (the fields ``positions`` / ``supports`` of its particle-state structs hold gradient
+    buffers): a reverse kernel specialised on False skips the pair's Hessian terms."""
+    for a in args:
+        fields = structFields(a)
+        if fields is None or "positions" not in fields:
+            continue
+        for name in ("positions", "supports"):
+            v = getattr(a, name, None)
+            if isinstance(v, wp.array) and v.grad is not None:
+                return True
+    return False
+
+
 def vectorView(flat: wp.array, vecType, count: int) -> wp.array:
     """A zero-copy view of a flat scalar array as `count` vectors of `vecType` (the output
     cotangent of a derivative-last operator, one d-vector per output row).
@@ -130,6 +145,7 @@ def recordReverse(tape: wp.Tape, spec: ReverseSpec, config: dict, args, outputs,
     args = tuple(args)
     outputs = tuple(outputs)
     device = deviceOfArgs(args)
+    config = dict(config, geometryAdjoint=geometryAdjointAsked(args))
     kernel = specializedKernel(spec.specialize, config, spec.kernel)
 
     def backward():

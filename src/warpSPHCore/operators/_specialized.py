@@ -83,6 +83,7 @@ from ._coefficients import (
     densityPairVJP_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
+    fieldCoefficientVJP_ij,
     gradientPairVJP_ij,
     laplacianDifference_ij,
     laplacianDifferenceOf,
@@ -133,6 +134,10 @@ class Configuration:
     #: wide kernels' column code takes the copies of the pair coefficients without run-time
     #: state tests (`fieldCoefficientOf`, `laplacianDifferenceOf`)
     plain: bool = False
+    #: the reverse kernel computes the adjoints of the positions and supports (the pair's
+    #: Hessian terms); False where the call asks for none of them (d/d values, masses,
+    #: densities, volumes only): the Gradient's reverse kernel evaluates grad W alone
+    geometryAdjoint: bool = True
 
     @property
     def tag(self) -> str:
@@ -146,6 +151,7 @@ class Configuration:
         g += "_L" if self.renormalize else ""
         g += "_w" if self.wide else ""
         g += "p" if self.plain else ""
+        g += "" if self.geometryAdjoint else "_v"
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -701,8 +707,14 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
         u = p.seed[i * F + k]
         if wp.static(cfg.calibrate):
             u = u * ks.normalizationCoefficient
-        Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
-        return gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hu, gh_i, gh_j)
+        res = V()
+        if wp.static(cfg.geometryAdjoint):
+            Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
+            res = gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hu, gh_i, gh_j)
+        else:  # no position or support adjoint asked: grad W alone, no Hessian
+            Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
+            fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
+        return res
 
     rowSum = _neighborSum(pair, cfg, True, X)
     admitted = _queryAdmitted(cfg)
@@ -734,6 +746,8 @@ def gradientVJPSpecialized(config: dict):
     cfg = configurationOf(config)
     if cfg is None:
         return None
+    if not config.get("geometryAdjoint", True):
+        return _gradientVJPKernel(dataclasses.replace(cfg, geometryAdjoint=False))
     paired = _PAIRED_VJP.get(cfg)
     return paired if paired is not None else _gradientVJPKernel(cfg)
 
