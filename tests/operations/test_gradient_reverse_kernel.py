@@ -279,7 +279,9 @@ def test_reverse_kernel_without_geometry_adjoints(device, monkeypatch, scheme, t
                                                   specialized):
     """Positions and supports without grad: the reverse kernel specialised without the
     Hessian terms (`Configuration.geometryAdjoint` False) gives the values', masses' and
-    densities' gradients of the full reverse kernel and of the tape, and gradcheck holds."""
+    densities' gradients of the full reverse kernel and of the tape; the values alone take
+    the kernel with the scheme fixed (`Configuration.valuesOnly`), with the same gradient;
+    gradcheck holds."""
     from warpSPHCore.autograd import reverse as reverseModule
     from warpSPHCore.operators import _specialized
 
@@ -315,6 +317,22 @@ def test_reverse_kernel_without_geometry_adjoints(device, monkeypatch, scheme, t
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * scale)
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12 * scale)
     assert float(without[2].abs().max()) > 0
+    # the values alone: the kernel with the scheme fixed and no run-time state tests
+    def valuesGrad(gate):
+        monkeypatch.setenv(GATE, gate)
+        f = leaves(_field(n, (), device, 1))[0]
+        out = warpOperation(ParticleState(x, h, q.masses, q.kinds, q.densities), pr, dom,
+                            queryValues=f, adjacency=adj)
+        out.backward(seed)
+        return f.grad
+
+    alone, alonetaped = valuesGrad("0"), valuesGrad("1")
+    assert any(name == "gradientVJP" and cfg.valuesOnly and cfg.gradientScheme == int(scheme)
+               for name, cfg in _specialized._BUILT)
+    scale = max(1.0, float(full[2].abs().max()))
+    torch.testing.assert_close(alone, full[2], rtol=1e-12, atol=1e-12 * scale)
+    torch.testing.assert_close(alone, alonetaped, rtol=1e-12, atol=1e-12 * scale)
+
     monkeypatch.setenv(GATE, "0")
     inputs = leaves(q.masses, q.densities, _field(n, (), device, 1))
 

@@ -115,6 +115,21 @@ def geometryAdjointAsked(args) -> bool:
     return False
 
 
+def onlyArraysAsked(args) -> bool:
+    """Whether no field of a call's structs (particle states, corrections) holds a gradient
+    buffer: the backward asks only for the plain array arguments' adjoints (the field
+    values)."""
+    for a in args:
+        fields = structFields(a)
+        if fields is None:
+            continue
+        for name in fields:
+            v = getattr(a, name, None)
+            if isinstance(v, wp.array) and v.grad is not None:
+                return False
+    return True
+
+
 def vectorView(flat: wp.array, vecType, count: int) -> wp.array:
     """A zero-copy view of a flat scalar array as `count` vectors of `vecType` (the output
     cotangent of a derivative-last operator, one d-vector per output row).
@@ -145,7 +160,8 @@ def recordReverse(tape: wp.Tape, spec: ReverseSpec, config: dict, args, outputs,
     args = tuple(args)
     outputs = tuple(outputs)
     device = deviceOfArgs(args)
-    config = dict(config, geometryAdjoint=geometryAdjointAsked(args))
+    config = dict(config, geometryAdjoint=geometryAdjointAsked(args),
+                  valuesOnly=onlyArraysAsked(args))
     kernel = specializedKernel(spec.specialize, config, spec.kernel)
 
     def backward():

@@ -293,6 +293,36 @@ def fieldCoefficientOf(scheme: int, plain: bool = False):
     return _fieldCoefficientFunction(int(scheme), plain)
 
 
+@functools.cache
+def fieldCoefficientValuesVJPOf(scheme: int):
+    """The adjoint of `fieldCoefficient_ij` w.r.t. the field values alone, for `plainStates`
+    calls with the gradient scheme `scheme` fixed at code generation: ``valuesVJP(i, j, a,
+    F, q, r, gValues, adj_c)`` scatters `adj_c` (the pair's u . G) into the values' adjoint
+    ``gValues`` (query rows first, then the reference rows). The arithmetic of
+    `fieldCoefficientVJP_ij`'s value terms (the same bits), without its run-time tests:
+    the Gradient's reverse kernel of a call that asks for the values' gradient only."""
+    scheme = int(scheme)
+
+    def valuesVJP(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
+                  gValues: Any, adj_c: Any):
+        jr = q.masses.shape[0] * F + j * F + a
+        if wp.static(scheme == 2):
+            rho_i = q.densities[i]
+            rho_j = r.densities[j]
+            m_j = r.masses[j]
+            wp.atomic_add(gValues, i * F + a, adj_c * m_j / rho_i)
+            wp.atomic_add(gValues, jr, adj_c * m_j * rho_i / (rho_j * rho_j))
+        else:
+            V_j = r.masses[j] / r.densities[j]
+            wp.atomic_add(gValues, jr, adj_c * V_j)
+            if wp.static(scheme == 3):
+                wp.atomic_sub(gValues, i * F + a, adj_c * V_j)
+            elif wp.static(scheme == 4):
+                wp.atomic_add(gValues, i * F + a, adj_c * V_j)
+
+    return wp.func(valuesVJP, name=f"fieldCoefficientValuesVJP_s{scheme}", module="unique")
+
+
 @wp.func
 def omegaTangents_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, corr: Any,
                      t: Any, divideQuery: wp.bool):

@@ -83,6 +83,7 @@ from ._coefficients import (
     densityPairVJP_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
+    fieldCoefficientValuesVJPOf,
     fieldCoefficientVJP_ij,
     gradientPairVJP_ij,
     laplacianDifference_ij,
@@ -138,6 +139,9 @@ class Configuration:
     #: Hessian terms); False where the call asks for none of them (d/d values, masses,
     #: densities, volumes only): the Gradient's reverse kernel evaluates grad W alone
     geometryAdjoint: bool = True
+    #: the only adjoint asked is the field values' (with `plain` states and the gradient
+    #: scheme fixed: `fieldCoefficientValuesVJPOf`)
+    valuesOnly: bool = False
 
     @property
     def tag(self) -> str:
@@ -152,6 +156,7 @@ class Configuration:
         g += "_w" if self.wide else ""
         g += "p" if self.plain else ""
         g += "" if self.geometryAdjoint else "_v"
+        g += "o" if self.valuesOnly else ""
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -693,13 +698,14 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
     configuration: the same per-pair adjoint (`gradient.gradientVJPPairTerm`) with the
     specialised (G, H u, u . dG/dh) of `kernels.specialized`. The gradient scheme stays a
     run-time value here (a configuration's scheme is ignored)."""
-    if cfg.gradientScheme:
+    if cfg.gradientScheme and not cfg.valuesOnly:
         return _gradientVJPKernel(dataclasses.replace(cfg, gradientScheme=0), module)
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     X = structFor("cotangent", D, S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    valuesVJP = fieldCoefficientValuesVJPOf(cfg.gradientScheme) if cfg.valuesOnly else None
 
     @specialFunction("gradientVJP_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
@@ -711,6 +717,9 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
         if wp.static(cfg.geometryAdjoint):
             Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
             res = gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hu, gh_i, gh_j)
+        elif wp.static(cfg.valuesOnly):  # the values' adjoint alone, no run-time tests
+            Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
+            valuesVJP(i, j, k, F, q, r, p.gValues, wp.dot(Gv, u))
         else:  # no position or support adjoint asked: grad W alone, no Hessian
             Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
             fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
@@ -747,6 +756,10 @@ def gradientVJPSpecialized(config: dict):
     if cfg is None:
         return None
     if not config.get("geometryAdjoint", True):
+        if config.get("valuesOnly", False) and plainStates(config):
+            return _gradientVJPKernel(dataclasses.replace(
+                cfg, geometryAdjoint=False, valuesOnly=True, plain=True,
+                gradientScheme=int(config["gradientMode"])))
         return _gradientVJPKernel(dataclasses.replace(cfg, geometryAdjoint=False))
     paired = _PAIRED_VJP.get(cfg)
     return paired if paired is not None else _gradientVJPKernel(cfg)
@@ -775,8 +788,11 @@ def gradientPairedSpecialized(config: dict):
     # one column per thread here even on the CPU: the wide variant's extra code in the
     # forward + reverse module made a cold first differentiated call 0.3 s slower to
     # compile (benchmarks/first_result.py), and the calls that need many columns at once
-    # (torch.func.vmap over fields) run without grad
-    return None if cfg is None else _gradientPair(cfg)
+    # (torch.func.vmap over fields) run without grad; the plain coefficient (no run-time
+    # state tests) where the states allow it, as the forward without grad
+    if cfg is None:
+        return None
+    return _gradientPair(dataclasses.replace(cfg, plain=plainStates(config)))
 
 
 @functools.cache
