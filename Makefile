@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_distributed.py
 	$(PY) benchmarks/bench_distributed_simulation.py
 	$(PY) benchmarks/bench_precision.py
+	$(PY) benchmarks/bench_scale.py
 
 # Whole-repository host-sync census of one simulated step: every device->host readback
 # (.item(), .tolist(), synchronize, data-dependent shapes, ...) counted per call site.

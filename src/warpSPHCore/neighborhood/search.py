@@ -46,8 +46,11 @@ CELL_MAJOR_CPU = True
 #: Collect-pass slot cache (CPU only): rows with at most this many neighbours are copied from
 #: what the count pass accepted instead of re-traversed (the order is the same). 0 disables.
 SLOT_CACHE_CAPACITY = 64
-#: Upper bound of the cache size in int32 entries (the capacity shrinks for large N_q).
-SLOT_CACHE_MAX_ENTRIES = 2**23
+#: Upper bound of the cache size in int32 entries (the capacity shrinks for large N_q):
+#: 2^26 entries (256 MiB, held during the search) keep the full 64 slots per row up to 1M
+#: queries; below that budget a large set re-traverses its rows in the collect pass, which
+#: made the search ~30 % slower per edge at 1M particles than at 16k (benchmarks/bench_scale.py)
+SLOT_CACHE_MAX_ENTRIES = 2**26
 
 _OVERFLOW_MESSAGE = ("edge count exceeds int32 CSR offsets; split the query set "
                      "(E = {E}, limit = {limit})")
