@@ -51,8 +51,18 @@ positiveDivergence, with or without renormalization (the scheme a constant; q_ij
 `laplacianDifference_ij`'s, G_ij the specialised grad W under the support scheme), and the
 Momentum's forward kernel (every configuration: it reads no correction; the pair arithmetic
 is `momentum.momentumPair`'s, the field read per column without the generic unit-vector
-accumulation, G_ij the specialised grad W), and the Covariance's kernel without CRK and
-renormalization (the renormalization builder's C_i).
+accumulation, G_ij the specialised grad W), the Covariance's kernel without CRK and
+renormalization (the renormalization builder's C_i), and the Divergence's and the Curl's
+forward kernels without CRK (d = 2, 3 for the Curl; the gradient scheme and the
+Divergence's contraction axis constants, the renormalization a flag, the plain coefficient
+where the states allow it; grad-h, volumes and the consistent volumes through the
+coefficient's run-time tests).
+
+The Gradient's reverse kernel is also specialised on what the backward asks for
+(`Configuration.geometryAdjoint`, `Configuration.valuesOnly`: `autograd.reverse` reads
+which inputs hold gradient buffers when it records the launch): without a position or
+support adjoint the pair's Hessian terms are not evaluated, and with the values' adjoint
+alone and plain states the gradient scheme is fixed and no state is tested at run time.
 """
 
 # no `from __future__ import annotations`: the generated Warp functions' annotations name
@@ -97,7 +107,8 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "specializedKernel", "specializedStructs", "densitySpecialized", "densityVJPSpecialized",
            "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
-           "momentumSpecialized", "covarianceSpecialized", "specializedKernelCount"]
+           "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
+           "curlSpecialized", "specializedKernelCount"]
 
 # interaction modes whose query test admits every kind (checkDirectionality_i: Unmasked and
 # AllQueriesNonGhostReferences) and whose reference test admits every kind
@@ -853,6 +864,162 @@ def _interpolateKernel(cfg: Configuration):
         return extra[j * F + k] * g[0] * g[1]
 
     return _splitRowKernel("interpolate", cfg, geometry, column, X, False)
+
+
+def _contractedGradient(cfg: Configuration):
+    """``G(i, j, x_ij, h_i, r, corr)``: grad W of the configuration, renormalized
+    (``L_i G``) when `Configuration.renormalize` (the Divergence's and the Curl's G_ij
+    without CRK)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("contractedGradient_" + cfg.tag)
+    def gradient(i: wp.int32, j: wp.int32, x_ij: V, h_i: S, r: P, corr: C):
+        Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
+        if wp.static(cfg.renormalize):
+            Gv = wp.mul(corr.renormalizationMatrices[i], Gv)
+        return Gv
+
+    return gradient
+
+
+def _contractionConfiguration(config: dict) -> Configuration | None:
+    """The `Configuration` of a Divergence or Curl call without CRK: the gradient scheme
+    fixed, the renormalization a flag, the plain coefficient where the states allow it."""
+    if config["useCRK"]:
+        return None
+    cfg = configurationOf(config, scheme=True)
+    if cfg is None:
+        return None
+    return dataclasses.replace(cfg, renormalize=bool(config["useGradientRenormalization"]),
+                               plain=plainStates(config))
+
+
+@functools.cache
+def _divergenceKernel(cfg: Configuration, dotMode: bool):
+    """The Divergence's forward kernel (`divergence.divergenceKernel`: thread (i, p),
+    ``sum_delta c_ij[idx(delta, p)] G_ij[delta]``, the consistent volumes a run-time flag
+    packed into the component as the generic kernel does) for one configuration and
+    contraction (`dotMode`: the last field axis)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    coefficient = fieldCoefficientOf(cfg.gradientScheme, cfg.plain)
+    gradient = _contractedGradient(cfg)
+    name = "divergenceDot" if dotMode else "divergence"
+
+    @specialFunction(name + "_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        p = k / 2
+        consistent = (k - 2 * p) == 1
+        NP = F / wp.static(D)
+        Gv = gradient(i, j, x_ij, h_i, r, corr)
+        res = S(0.0)
+        for delta in range(wp.static(D)):
+            idx = delta * NP + p
+            if wp.static(dotMode):
+                idx = p * wp.static(D) + delta
+            res = res + coefficient(i, j, idx, F, q, r, corr, ks, extra, consistent,
+                                    True) * Gv[delta]
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               values: X, fieldWidth: wp.int32, consistentDivergence: wp.bool,
+               out: wp.array(dtype=S)):
+        tid = wp.tid()
+        NP = fieldWidth / wp.static(D)
+        i = tid / NP
+        k = 2 * (tid - i * NP)
+        if consistentDivergence:
+            k = k + 1
+        val = S(0.0)
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         values)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        out[tid] = val
+
+    return _kernel(kernel, name, cfg)
+
+
+def divergenceSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Divergence: the calls without CRK (grad-h, volumes,
+    consistent volumes and the renormalization included; the contraction axis a
+    configuration constant)."""
+    cfg = _contractionConfiguration(config)
+    return None if cfg is None else _divergenceKernel(cfg, bool(config["divergenceMode"]))
+
+
+@functools.cache
+def _curlKernel(cfg: Configuration):
+    """The Curl's forward kernel (`curl.curlKernel`: thread (i, k), ``G[a1] c[a2 P + s] -
+    G[a2] c[a1 P + s]``; 2D the z component, 3D the index map of the generic kernel) for one
+    configuration, d = 2 or 3."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    coefficient = fieldCoefficientOf(cfg.gradientScheme, cfg.plain)
+    gradient = _contractedGradient(cfg)
+
+    @specialFunction("curl_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        NP = F / wp.static(D)
+        a1 = wp.int32(0)
+        a2 = wp.int32(1)
+        s = k
+        if wp.static(D == 3):
+            a = k / NP
+            s = k - a * NP
+            a1 = (a + 1) - 3 * ((a + 1) / 3)
+            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        Gv = gradient(i, j, x_ij, h_i, r, corr)
+        c2 = coefficient(i, j, a2 * NP + s, F, q, r, corr, ks, extra, False, True)
+        c1 = coefficient(i, j, a1 * NP + s, F, q, r, corr, ks, extra, False, True)
+        return Gv[a1] * c2 - Gv[a2] * c1
+
+    rowSum = _neighborSum(pair, cfg, False, X)
+    admitted = _queryAdmitted(cfg)
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               values: X, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        n = fieldWidth
+        if wp.static(D == 2):
+            n = fieldWidth / 2
+        i = tid / n
+        k = tid - i * n
+        val = S(0.0)
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, k, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         values)
+            if wp.static(cfg.calibrate):
+                val = val * kernelProperties.normalizationCoefficient
+        out[tid] = val
+
+    return _kernel(kernel, "curl", cfg)
+
+
+def curlSpecialized(config: dict):
+    """`OperatorSpec.specialize` of the Curl: the calls without CRK in 2D and 3D (the 1D
+    curl, exactly 0, keeps the generic kernel)."""
+    if int(config["dim"]) < 2:
+        return None
+    cfg = _contractionConfiguration(config)
+    return None if cfg is None else _curlKernel(cfg)
 
 
 def interpolateSpecialized(config: dict):

@@ -44,6 +44,7 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij
+from ._specialized import curlSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -202,4 +203,5 @@ CURL_SPEC = OperatorSpec(
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=curlJVPKernel),
+    specialize=curlSpecialized,
 )

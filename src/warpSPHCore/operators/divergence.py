@@ -48,6 +48,7 @@ from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import coefficientJVP_ij, fieldCoefficient_ij
+from ._specialized import divergenceSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
@@ -220,4 +221,5 @@ DIVERGENCE_SPEC = OperatorSpec(
             ExtraSpec("consistentDivergence", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=divergenceJVPKernel),
+    specialize=divergenceSpecialized,
 )
