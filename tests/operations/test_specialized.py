@@ -264,8 +264,9 @@ def test_gradient_reverse_specialized_matches_generic(device, c):
 @pytest.mark.parametrize("c", JVP_CASES, ids=_ids(JVP_CASES))
 def test_gradient_jvp_specialized_matches_generic(device, c):
     """The Gradient's forward-mode kernel specialised on the configuration, against the
-    generic one: position tangents alone, then with value, mass and density tangents (the
-    coefficient's tangent); a support tangent takes the generic kernel."""
+    generic one: position tangents alone (the kernel without a coefficient tangent), then
+    with value, mass and density tangents (the coefficient's tangent); a support tangent
+    takes the generic kernel."""
     q, dom, adj = _setup(c, device)
     pr = _calProps(WarpOperation.Gradient, c, gradientMode=c["scheme"])
     n = q.positions.shape[0]
@@ -287,6 +288,12 @@ def test_gradient_jvp_specialized_matches_generic(device, c):
         _assertClose(a, b, c["dtype"], nonzero=c["kernel"] != KernelFunctions.ViscosityKernel)
     assert any(name == "gradientJVP" and cfg.kernel == int(c["kernel"])
                and cfg.dim == c["d"] for name, cfg in _specialized._BUILT)
+    # position tangents alone take the kernel without a coefficient tangent (the gradient
+    # scheme fixed); with value, mass or density tangents the one that carries dc_ij
+    assert any(name == "gradientJVP" and not cfg.coefficientTangent
+               and cfg.gradientScheme == int(c["scheme"]) for name, cfg in _specialized._BUILT)
+    assert any(name == "gradientJVP" and cfg.coefficientTangent and cfg.dim == c["d"]
+               for name, cfg in _specialized._BUILT)
     built = {(name, cfg) for name, cfg in _specialized._BUILT}
     # a support tangent: the specialised kernel declines (no new configuration is built)
     withSupports = ParticleTangentState(positions=v, supports=rnd(n))

@@ -163,7 +163,9 @@ def launchGeometryJVP(kernel, ctx, tangents: GeometryTangents, outputShape, outp
         args.append(makeStruct(packT, fields, use_bundle=use_bundle, key=(d, s, "tangent")))
         return args
 
-    build_state.config = dict(build_primal.config, supportTangents=present[2] or present[3])
+    build_state.config = dict(build_primal.config, supportTangents=present[2] or present[3],
+                              coefficientTangents=any(present[k] for k in (5, 6, 7, 8, 15,
+                                                                           16, 17)))
     return _launchFlat(kernel, full, build_state, s, tuple(scalarExtras), outputShape,
                        outputDtype if outputDtype is not None else s, numThreads=numThreads,
                        specialize=specialize)

@@ -153,6 +153,10 @@ class Configuration:
     #: the only adjoint asked is the field values' (with `plain` states and the gradient
     #: scheme fixed: `fieldCoefficientValuesVJPOf`)
     valuesOnly: bool = False
+    #: the forward-mode kernel's field coefficient can carry a tangent (a value, mass,
+    #: density, volume or Omega tangent); False: positions tangents alone, dc_ij = 0, the
+    #: coefficient with the scheme fixed (and plain where the states allow it)
+    coefficientTangent: bool = True
 
     @property
     def tag(self) -> str:
@@ -168,6 +172,7 @@ class Configuration:
         g += "p" if self.plain else ""
         g += "" if self.geometryAdjoint else "_v"
         g += "o" if self.valuesOnly else ""
+        g += "" if self.coefficientTangent else "_x"
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -811,23 +816,28 @@ def _gradientJVPKernel(cfg: Configuration):
     """The Gradient's Tier-2 JVP kernel (`gradient.gradientJVPKernel`, the `jvpCommon` ABI)
     for one configuration, without support tangents: per pair dc_ij G_ij + c_ij H_ij dx_ij
     with (G, H dx) from `kernels.specialized` (`gradVJP_ij` with u = dx: H is symmetric)."""
-    if cfg.gradientScheme:
+    if cfg.gradientScheme and cfg.coefficientTangent:
         return _gradientJVPKernel(dataclasses.replace(cfg, gradientScheme=0))
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     T = structFor("tangent", D, S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    coefficient = fieldCoefficientOf(cfg.gradientScheme, cfg.plain)
 
     @specialFunction("gradientJVP_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, t: T):
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
         Gv, Hdx, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], dx)
-        c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
-        res = c * Hdx
-        if coefficientTangentPresent(t):
-            res = dc * Gv + res
+        res = V()
+        if wp.static(cfg.coefficientTangent):
+            c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
+            res = c * Hdx
+            if coefficientTangentPresent(t):
+                res = dc * Gv + res
+        else:  # positions tangents alone: dc_ij = 0
+            res = coefficient(i, j, k, F, q, r, corr, ks, t.values, False, False) * Hdx
         return res
 
     return _rowKernel("gradientJVP", cfg, pair, T, True)
@@ -840,7 +850,13 @@ def gradientJVPSpecialized(config: dict):
             or config.get("supportTangents", True)):
         return None
     cfg = configurationOf(config)
-    return None if cfg is None else _gradientJVPKernel(cfg)
+    if cfg is None:
+        return None
+    if not config.get("coefficientTangents", True):
+        cfg = dataclasses.replace(cfg, coefficientTangent=False,
+                                  gradientScheme=int(config["gradientMode"]),
+                                  plain=plainStates(config))
+    return _gradientJVPKernel(cfg)
 
 
 @functools.cache
