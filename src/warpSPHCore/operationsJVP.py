@@ -542,6 +542,55 @@ def _strip(obj):
     return obj
 
 
+def fusedDualJVP(spec, ctx, extras: dict):
+    """The dual-tensor route of a call whose only forward-mode tangent is on the positions of
+    one particle set (no corrections, no reference set, nothing requiring grad): the primal
+    and the tangent from one traversal (`JVPSpec.dualSpecialize`), the primal's bits; None
+    where it does not apply (the bridge's route then runs the primal and `dualRouteJVP`).
+    The one readback is the tangent's liveness: a zero tangent gives the primal launch and
+    an exact zero tangent."""
+    from .autograd.specialize import specializationEnabled
+    from .autograd.stateAwareWarpFunction import _liveTangentMask
+    from .operators._specialized import specialCodeCovers
+
+    jvp = spec.jvp
+    if jvp is None or jvp.dualSpecialize is None or not specializationEnabled():
+        return None
+    c = ctx.corrections
+    if (tuple(c.volumes) != (None, None) or c.crk is not None or c.gradH is not None
+            or c.renorm is not None or c.laplacian is not None or ctx.reference is not None):
+        return None
+    props = ctx.properties
+    if not specialCodeCovers(props.kernel, props.supportMode):
+        return None
+    q = ctx.query
+    primal, tangent = fwAD.unpack_dual(q.positions)
+    if tangent is None:
+        return None
+    others = [q.supports, q.masses, q.densities, ctx.domain.min, ctx.domain.max]
+    others += [v for v in extras.values() if isinstance(v, torch.Tensor)]
+    others = [t for t in others if isinstance(t, torch.Tensor)]
+    if any(fwAD.unpack_dual(t).tangent is not None for t in others):
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in [primal, tangent] + others):
+        return None
+    jctx = dataclasses.replace(ctx, query=_strip(q))
+    jextras = {k: _strip(v) for k, v in extras.items()}
+    if not _liveTangentMask([tangent])[0]:  # the route's one readback
+        out = launchOperator(spec, jctx, **jextras)
+        return fwAD.make_dual(out, torch.zeros_like(out))
+    n = int(_rawShape(spec, jctx, jextras)[0])
+    valueName = _valueExtra(spec)
+    t = GeometryTangents(qPositions=tangent, rPositions=tangent,
+                         values=None if valueName is None else jextras[valueName])
+    scalars = tuple(jextras[e.name] for e in spec.extras if e.kind == ExtraKind.SCALAR)
+    threads = jvp.geometryThreads
+    numThreads = int(_resolve(threads, jctx, jextras)) if threads is not None else None
+    out = launchGeometryJVP(jvp.geometryKernel, jctx, t, (2 * n,), warpScalar(primal.dtype),
+                            scalars, numThreads, specialize=jvp.dualSpecialize)
+    return fwAD.make_dual(out[:n], out[n:])
+
+
 def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
     """The `jvp_fn` body of `launchOperator` (the dual-tensor route): rebuild the tangents from
     the fixed slots, drop channels the operator never reads, and delegate to
@@ -615,3 +664,7 @@ def dualRouteJVP(spec, ctx, extras: dict, flat_tangents, mask):
     if len(spec.outputs) > 1:
         return (out,) + (None,) * (len(spec.outputs) - 1)
     return out
+
+
+# the one-traversal route `launchOperator` tries first while a forward-mode level is open
+dualRouteJVP.fused = fusedDualJVP

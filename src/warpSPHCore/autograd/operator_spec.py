@@ -16,6 +16,7 @@ from enum import IntEnum
 from typing import Any, Optional
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from ..enumTypes import ExecutionMode
 from .wrapper import launchState
@@ -92,6 +93,10 @@ class JVPSpec:
     #: call's configuration (`autograd.specialize`; the config also carries
     #: ``supportTangents``), used for the untaped launches
     geometrySpecialize: Any = None
+    #: optional factory ``(config) -> kernel`` of the kernel that computes the primal and the
+    #: position tangent in one traversal (output ``[primal | tangent]``, the primal's bits),
+    #: for a dual-tensor call whose only tangent is on the positions (`launchOperator`)
+    dualSpecialize: Any = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +281,13 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **ext
         raise NotImplementedError("SPHContext.mode=FORWARD is deliberately unimplemented; use "
                                   "AUTO (reverse mode and torch forward-mode duals)")
     _validateExtras(spec, extras)
+    fused = getattr(dualRoute, "fused", None)
+    if fused is not None and fwAD._current_level >= 0:
+        # a forward-mode level is open: a call whose only tangent is on the positions takes
+        # the primal and the tangent from one traversal (the entry layer's rule decides)
+        out = fused(spec, ctx, extras)
+        if out is not None:
+            return out
     shapes = [_resolveShape(o.shape, ctx, extras) for o in spec.outputs]
     dtypes = [_resolve(o.dtype, ctx, extras) for o in spec.outputs]
     if len(spec.outputs) == 1:

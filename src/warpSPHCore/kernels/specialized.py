@@ -197,6 +197,34 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
         return G, Hu, gh
 
     @specialFunction(tag)
+    def gradHessDot(x: V, h: S, u: V):
+        """(grad W, H u) from one shape evaluation, grad W with `gradW`'s arithmetic (the
+        same bits): the primal and the position tangent of one traversal."""
+        r = wp.length(x)
+        ih = S(1.0) / h
+        q = r * ih
+        G = V()
+        Hu = V()
+        if q <= S(1.0):
+            s = shape(q)
+            k1 = (S(wp.float64(cd)) * _ipow(ih, wp.static(d + 1))) * s[1]
+            k2 = (S(wp.float64(cd)) * _ipow(ih, wp.static(d + 2))) * s[2]
+            G = x * (k1 / wp.max(r, sphKernelEps(h)))
+            Hu = _hessianDot(x, u, r, q, h, k1, k2)
+        return G, Hu
+
+    @specialFunction(tag)
+    def gradHessDot_ij(x: V, h_i: S, h_j: S, u: V):
+        """(`gradW_ij`, H u) of the support scheme (`gradHessDot`; the averaged schemes
+        average both)."""
+        G, Hu = gradHessDot(x, support_ij(h_i, h_j), u)
+        if wp.static(average):
+            G2, Hu2 = gradHessDot(x, h_j, u)
+            G = (G + G2) * S(0.5)
+            Hu = (Hu + Hu2) * S(0.5)
+        return G, Hu
+
+    @specialFunction(tag)
     def gradVJP_ij(x: V, h_i: S, h_j: S, u: V):
         """`kernels.support.sphKernelGradientVJP_ij` for this scheme: the support tangents of
         h_ij are constants of the scheme (max: the larger support's, h_i on a tie)."""
@@ -252,6 +280,7 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
     ns = type("PairKernels", (), {})()
     ns.W, ns.gradW, ns.W_ij, ns.gradW_ij = W, gradW, W_ij, gradW_ij
     ns.gradVJP_ij = gradVJP_ij
+    ns.gradHessDot_ij = gradHessDot_ij
     ns.valueVJP_ij = valueVJP_ij
     ns.supportAdjoint = supportAdjoint
     return ns

@@ -108,7 +108,8 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
-           "curlSpecialized", "specializedKernelCount"]
+           "curlSpecialized", "gradientDualSpecialized", "gradientDualCovers", "specialCodeCovers",
+           "specializedKernelCount"]
 
 # interaction modes whose query test admits every kind (checkDirectionality_i: Unmasked and
 # AllQueriesNonGhostReferences) and whose reference test admits every kind
@@ -829,14 +830,15 @@ def _gradientJVPKernel(cfg: Configuration):
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, t: T):
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
-        Gv, Hdx, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], dx)
         res = V()
         if wp.static(cfg.coefficientTangent):
+            Gv, Hdx, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], dx)
             c, dc = fieldCoefficientJVP_ij(i, j, k, F, q, r, corr, ks, t, False)
             res = c * Hdx
             if coefficientTangentPresent(t):
                 res = dc * Gv + res
-        else:  # positions tangents alone: dc_ij = 0
+        else:  # positions tangents alone: dc_ij = 0 (H dx as the one-traversal route's)
+            Gv, Hdx = pk.gradHessDot_ij(x_ij, h_i, r.supports[j], dx)
             res = coefficient(i, j, k, F, q, r, corr, ks, t.values, False, False) * Hdx
         return res
 
@@ -857,6 +859,88 @@ def gradientJVPSpecialized(config: dict):
                                   gradientScheme=int(config["gradientMode"]),
                                   plain=plainStates(config))
     return _gradientJVPKernel(cfg)
+
+
+@functools.cache
+def _gradientDualKernel(cfg: Configuration):
+    """The Gradient's primal and position tangent in one traversal (the dual-tensor route of
+    a call whose only tangent is on the positions): per pair ``c_ij G_ij`` and ``c_ij H_ij
+    dx_ij``, with G_ij the forward kernel's `gradW_ij` (the primal's bits) and H dx the
+    forward-mode kernel's; thread (i, k) stores the primal at ``out[(i F + k) d]`` and the
+    tangent at ``out[half + (i F + k) d]`` (``half`` = ``out.shape[0] / 2``). The ABI of the
+    forward-mode kernel (`jvpCommon`). G and H dx come from one shape evaluation
+    (`kernels.specialized`'s ``gradHessDot_ij``), G with the forward kernel's arithmetic."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    W2 = wp.types.vector(length=2 * D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    T = structFor("tangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    coefficient = fieldCoefficientOf(cfg.gradientScheme, cfg.plain)
+
+    @specialFunction("gradientDual_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, t: T):
+        dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
+        Gv, Hdx = pk.gradHessDot_ij(x_ij, h_i, r.supports[j], dx)
+        c = coefficient(i, j, k, F, q, r, corr, ks, t.values, False, False)
+        primal = c * Gv
+        tangent = c * Hdx
+        res = W2()
+        for a in range(wp.static(D)):
+            res[a] = primal[a]
+            res[a + wp.static(D)] = tangent[a]
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, T, W2)
+    admitted = _queryAdmitted(cfg)
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               tangents: T, fieldWidth: wp.int32, out: wp.array(dtype=S)):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        acc = W2()
+        if admitted(queryState.kinds[i]):
+            acc = rowSum(adjacencyState, gridState, i, tid - i * fieldWidth, fieldWidth,
+                         queryState, referenceState, domainState, correctionData,
+                         kernelProperties, tangents)
+            if wp.static(cfg.calibrate):
+                acc = acc * kernelProperties.normalizationCoefficient
+        half = out.shape[0] / 2
+        for a in range(wp.static(D)):
+            out[tid * wp.static(D) + a] = acc[a]
+            out[half + tid * wp.static(D) + a] = acc[a + wp.static(D)]
+
+    return _kernel(kernel, "gradientDual", cfg)
+
+
+def specialCodeCovers(kernel, supportMode) -> bool:
+    """Whether the specialised kernels have code for this smoothing kernel and support
+    scheme (`configurationOf` returns None otherwise)."""
+    return int(kernel) in SPECIALIZED_KERNELS and int(supportMode) in _SUPPORT_NAMES
+
+
+def gradientDualCovers(config: dict) -> bool:
+    """Whether `gradientDualSpecialized` covers a call: no CRK, renormalization, support or
+    coefficient tangent, and a smoothing kernel and support scheme with specialised code."""
+    return not (config["useCRK"] or config["useGradientRenormalization"]
+                or config.get("supportTangents", True)
+                or config.get("coefficientTangents", True)) \
+        and configurationOf(config) is not None
+
+
+def gradientDualSpecialized(config: dict):
+    """`JVPSpec.dualSpecialize` of the Gradient (`_gradientDualKernel`); raises where it does
+    not cover the call (the caller checks first: a generic kernel in its place would fill
+    half the output)."""
+    if not gradientDualCovers(config):
+        raise RuntimeError("gradientDualSpecialized: the call is not covered (CRK, "
+                           "renormalization, support or coefficient tangents)")
+    cfg = dataclasses.replace(configurationOf(config), coefficientTangent=False,
+                              gradientScheme=int(config["gradientMode"]),
+                              plain=plainStates(config))
+    return _gradientDualKernel(cfg)
 
 
 @functools.cache

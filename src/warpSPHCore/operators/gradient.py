@@ -61,6 +61,7 @@ from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij, gradientPairVJP_ij
 from ._specialized import (
+    gradientDualSpecialized,
     gradientJVPSpecialized,
     gradientPairedSpecialized,
     gradientSpecialized,
@@ -291,7 +292,8 @@ GRADIENT_SPEC = OperatorSpec(
     numThreads=_numThreads,
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=gradientJVPKernel, geometryThreads=_numThreads,
-                geometrySpecialize=gradientJVPSpecialized),
+                geometrySpecialize=gradientJVPSpecialized,
+                dualSpecialize=gradientDualSpecialized),
     reverse=GRADIENT_REVERSE,
     specialize=gradientSpecialized,
 )
