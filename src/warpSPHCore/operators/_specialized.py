@@ -855,10 +855,16 @@ def gradientJVPSpecialized(config: dict):
     if cfg is None:
         return None
     if not config.get("coefficientTangents", True):
-        cfg = dataclasses.replace(cfg, coefficientTangent=False,
-                                  gradientScheme=int(config["gradientMode"]),
-                                  plain=plainStates(config))
+        cfg = _positionTangentsOnly(cfg, config)
     return _gradientJVPKernel(cfg)
+
+
+def _positionTangentsOnly(cfg: Configuration, config: dict) -> Configuration:
+    """`cfg` for a forward-mode call whose only tangents are the positions': no coefficient
+    tangent, the gradient scheme fixed, the plain coefficient where the states allow it."""
+    return dataclasses.replace(cfg, coefficientTangent=False,
+                               gradientScheme=int(config["gradientMode"]),
+                               plain=plainStates(config))
 
 
 @functools.cache
@@ -937,10 +943,7 @@ def gradientDualSpecialized(config: dict):
     if not gradientDualCovers(config):
         raise RuntimeError("gradientDualSpecialized: the call is not covered (CRK, "
                            "renormalization, support or coefficient tangents)")
-    cfg = dataclasses.replace(configurationOf(config), coefficientTangent=False,
-                              gradientScheme=int(config["gradientMode"]),
-                              plain=plainStates(config))
-    return _gradientDualKernel(cfg)
+    return _gradientDualKernel(_positionTangentsOnly(configurationOf(config), config))
 
 
 @functools.cache
