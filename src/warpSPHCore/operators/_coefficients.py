@@ -68,7 +68,7 @@ from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "consistentVolume_j", "fieldValues_ij", "coefficientOfValues_ij", "omegaTangents_ij",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
-           "densityPairVJP_ij", "gradientPairVJP_ij",
+           "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
            "plainStates",
@@ -464,6 +464,32 @@ def densityPairVJP_ij(i: wp.int32, j: wp.int32, r: Any, p: Any, u: Any, W: Any, 
         wp.atomic_add(p.rSupports, j, um * wh_j)
     if p.hasRMasses:
         wp.atomic_add(p.rMasses, j, u * W)
+    return res
+
+
+@wp.func
+def interpolatePairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                          corr: Any, p: Any, u: Any, W: Any, G: Any, wh_i: Any, wh_j: Any):
+    """The adjoint of the Interpolate's pair term f_j[k] V_j W_ij for the row cotangent `u`,
+    given (W, grad W, dW/dh_i, dW/dh_j) of the pair and the frozen reference values
+    ``p.values``: scatters u V_j W to f_j[k], -u f_j V_j G to x_j, u f_j V_j dW/dh to h_i and
+    h_j and u f_j W to V_j's inputs (`apparentVolumeVJP_j`); returns the x_i adjoint
+    u f_j V_j G. The one definition behind the generic and the specialised reverse kernels
+    (`interpolate.interpolateVJPPairTerm`, `_specialized`)."""
+    jr = j * F + k
+    V_j = apparentVolume_j(r, corr, j)
+    a = u * p.values[jr]
+    aW = a * V_j
+    res = aW * G
+    if p.hasRPositions:
+        wp.atomic_sub(p.rPositions, j, res)
+    if p.hasQSupports:
+        wp.atomic_add(p.qSupports, i, aW * wh_i)
+    if p.hasRSupports:
+        wp.atomic_add(p.rSupports, j, aW * wh_j)
+    apparentVolumeVJP_j(r, corr, j, a * W, p)
+    if p.hasValues:
+        wp.atomic_add(p.gValues, jr, u * V_j * W)
     return res
 
 

@@ -96,6 +96,7 @@ from ._coefficients import (
     fieldCoefficientValuesVJPOf,
     fieldCoefficientVJP_ij,
     gradientPairVJP_ij,
+    interpolatePairVJP_ij,
     laplacianDifference_ij,
     laplacianDifferenceOf,
     plainStates,
@@ -109,6 +110,7 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
            "curlSpecialized", "gradientDualSpecialized", "gradientDualCovers", "specialCodeCovers",
+           "interpolateVJPSpecialized",
            "specializedKernelCount"]
 
 # interaction modes whose query test admits every kind (checkDirectionality_i: Unmasked and
@@ -1123,6 +1125,55 @@ def curlSpecialized(config: dict):
         return None
     cfg = _contractionConfiguration(config)
     return None if cfg is None else _curlKernel(cfg)
+
+
+@functools.cache
+def _interpolateVJPKernel(cfg: Configuration):
+    """The Interpolate's hand-written reverse kernel (`interpolate.interpolateVJPKernel`)
+    for one configuration, without CRK: the same per-pair adjoint
+    (`_coefficients.interpolatePairVJP_ij`) with the specialised (W, G, dW/dh_i, dW/dh_j) of
+    `kernels.specialized` (`valueVJP_ij`)."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("interpolateVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        u = p.scalarSeed[i * F + k]
+        if wp.static(cfg.calibrate):
+            u = u * ks.normalizationCoefficient
+        Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, r.supports[j])
+        return interpolatePairVJP_ij(i, j, k, F, q, r, corr, p, u, Wv, Gv, wh_i, wh_j)
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def interpolateVJP(queryState: P, referenceState: P, domainState: DOM,
+                       useAdjacency: wp.bool, adjacencyState: A, gridState: G,
+                       correctionData: C, kernelProperties: KS, cotangents: X,
+                       fieldWidth: wp.int32):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, tid - i * fieldWidth, fieldWidth,
+                         queryState, referenceState, domainState, correctionData,
+                         kernelProperties, cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(interpolateVJP, "interpolateVJP", cfg)
+
+
+def interpolateVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Interpolate: the calls its reverse kernel takes (no
+    CRK)."""
+    if config["useCRK"]:
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _interpolateVJPKernel(cfg)
 
 
 def interpolateSpecialized(config: dict):

@@ -30,20 +30,21 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads
+from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
-from ..kernels.support import sphKernel_ij
+from ..kernels.support import sphKernel_ij, sphKernelVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import apparentVolume_j, apparentVolumeJVP_j
-from ._specialized import interpolateSpecialized
+from ._coefficients import apparentVolume_j, apparentVolumeJVP_j, interpolatePairVJP_ij
+from ._specialized import interpolateSpecialized, interpolateVJPSpecialized
 from ._tangents import correctedKernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedKernel_ij
 
 __all__ = ["interpolatePairTerm", "interpolateKernel", "interpolateJVPPairTerm",
-           "interpolateJVPKernel", "INTERPOLATE_SPEC"]
+           "interpolateJVPKernel", "interpolateVJPKernel", "INTERPOLATE_SPEC"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -146,6 +147,98 @@ def interpolateJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(interpolateJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+
+@wp.func
+def interpolateVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                           dom: Any, corr: Any, ks: Any, p: Any):
+    """The adjoint of f_j[k] V_j W_ij for the row cotangent u = N scalarSeed[i F + k]
+    (`_coefficients.interpolatePairVJP_ij`); returns the x_i adjoint (a d-vector), 0 if
+    reference j fails the mode's test."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        u = p.scalarSeed[i * F + k]
+        if ks.calibrateNormalization:
+            u = u * ks.normalizationCoefficient
+        W, G, wh_i, wh_j = sphKernelVJP_ij(x_ij, q.supports[i], r.supports[j], ks.supportMode,
+                                           ks.kernelFunction, dom.dim)
+        res = interpolatePairVJP_ij(i, j, k, F, q, r, corr, p, u, W, G, wh_i, wh_j)
+    return res
+
+
+interpolateVJPCsrSum, interpolateVJPGridSum = makeNeighborSum(
+    interpolateVJPPairTerm, "interpolateVJP", vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def interpolateVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                         useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                         correctionData: Any, kernelProperties: Any, cotangents: Any,
+                         fieldWidth: wp.int32):
+    """Thread (i, k): the reverse of `interpolateKernel`'s row (i, k) for the cotangent
+    ``cotangents.scalarSeed[i F + k]``, one traversal; nothing for a masked query."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = interpolateVJPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
+                                       referenceState, domainState, correctionData, ks,
+                                       cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = interpolateVJPGridSum(gridState, cell, i, k, fieldWidth, queryState,
+                                        referenceState, domainState, correctionData, ks,
+                                        cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(interpolateVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument: the Interpolate never
+# reads the query masses, densities and volumes (their gradient is exactly zero, and an
+# aliased query mass shares the reference's buffer)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"},
+                   6: {"queryVolumes", "referenceVolumes"},
+                   8: {"*"}}
+
+
+def _reverseEligible(config, args):
+    """Every kernel, support scheme, interaction mode, calibration, traversal and volumes;
+    CRK (which corrects W_ij with the query's A, B) and a differentiable domain keep the
+    tape path."""
+    return not config["useCRK"] and gradientBuffersWithin(args, _REVERSE_FIELDS)
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
+    pack = structFor("cotangent", config["dim"], config["scalar"])()
+    pack.scalarSeed = outputs[0].grad
+    pack.values = values
+    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
+                             ("qSupports", "hasQSupports", qs.supports),
+                             ("rPositions", "hasRPositions", rs.positions),
+                             ("rSupports", "hasRSupports", rs.supports),
+                             ("rMasses", "hasRMasses", rs.masses),
+                             ("rDensities", "hasRDensities", rs.densities),
+                             ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                             ("gValues", "hasValues", values)):
+        setattr(pack, field, arr.grad)
+        setattr(pack, flag, arr.grad is not None)
+    rows = int(qs.positions.shape[0]) * int(fieldWidth)
+    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+
+
+INTERPOLATE_REVERSE = ReverseSpec(kernel=interpolateVJPKernel, eligible=_reverseEligible,
+                                  build=_reverseLaunch, specialize=interpolateVJPSpecialized)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -160,5 +253,6 @@ INTERPOLATE_SPEC = OperatorSpec(
     extras=(ExtraSpec("referenceValues", ExtraKind.TENSOR),
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(referenceValueExtra="referenceValues", geometryKernel=interpolateJVPKernel),
+    reverse=INTERPOLATE_REVERSE,
     specialize=interpolateSpecialized,
 )
