@@ -39,11 +39,12 @@ from typing import Any
 import warp as wp
 
 from ..util.gates import gate
+from .arg_extract import structFor
 from .launcher import deviceOfArgs, launch_reverse, structFields
 from .specialize import specializedKernel
 
 __all__ = ["ReverseSpec", "reverseKernelsEnabled", "gradientBuffersWithin", "recordReverse",
-           "vectorView"]
+           "vectorView", "cotangentPack"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,19 @@ def onlyArraysAsked(args) -> bool:
             if isinstance(v, wp.array) and v.grad is not None:
                 return False
     return True
+
+
+def cotangentPack(config: dict, adjoints, **fields):
+    """The reverse pack (`arg_extract.structFor("cotangent", ...)`) of a call: for each
+    ``(field, flag, array)`` of `adjoints`, the array's gradient buffer in ``field`` and
+    whether it has one in ``flag``; `fields` set as given (the seeds, the frozen values)."""
+    pack = structFor("cotangent", config["dim"], config["scalar"])()
+    for name, value in fields.items():
+        setattr(pack, name, value)
+    for field, flag, arr in adjoints:
+        setattr(pack, field, arr.grad)
+        setattr(pack, flag, arr.grad is not None)
+    return pack
 
 
 def vectorView(flat: wp.array, vecType, count: int) -> wp.array:

@@ -26,9 +26,9 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads, structFor
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import JVPSpec, OperatorSpec, OutputSpec, ShapeOf
-from ..autograd.reverse import ReverseSpec, gradientBuffersWithin
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij, sphKernelVJP_ij
 from ..neighborhood.traversal import gridQueryCell
@@ -194,15 +194,12 @@ def _reverseEligible(config, args):
 
 def _reverseLaunch(config, args, outputs):
     qs, rs, dom, useAdjacency, adjacency, grid, corr, ks = args
-    pack = structFor("cotangent", config["dim"], config["scalar"])()
-    pack.scalarSeed = outputs[0].grad
-    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
-                             ("qSupports", "hasQSupports", qs.supports),
-                             ("rPositions", "hasRPositions", rs.positions),
-                             ("rSupports", "hasRSupports", rs.supports),
-                             ("rMasses", "hasRMasses", rs.masses)):
-        setattr(pack, field, arr.grad)
-        setattr(pack, flag, arr.grad is not None)
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("rMasses", "hasRMasses", rs.masses)),
+                         scalarSeed=outputs[0].grad)
     return int(qs.positions.shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
                                         pack]
 

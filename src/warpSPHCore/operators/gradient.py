@@ -52,9 +52,9 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import declareStateOverloads, structFor
+from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, gradientBuffersWithin, vectorView
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin, vectorView
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
@@ -249,21 +249,18 @@ def _reverseEligible(config, args):
 
 def _reverseLaunch(config, args, outputs):
     qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    pack = structFor("cotangent", config["dim"], config["scalar"])()
     rows = int(qs.positions.shape[0]) * int(fieldWidth)
-    pack.values = values
-    pack.seed = vectorView(outputs[0].grad, qs.positions.dtype, rows)
-    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
-                             ("qSupports", "hasQSupports", qs.supports),
-                             ("qDensities", "hasQDensities", qs.densities),
-                             ("rPositions", "hasRPositions", rs.positions),
-                             ("rSupports", "hasRSupports", rs.supports),
-                             ("rMasses", "hasRMasses", rs.masses),
-                             ("rDensities", "hasRDensities", rs.densities),
-                             ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                             ("gValues", "hasValues", values)):
-        setattr(pack, field, arr.grad)
-        setattr(pack, flag, arr.grad is not None)
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("qDensities", "hasQDensities", qs.densities),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("rMasses", "hasRMasses", rs.masses),
+                                  ("rDensities", "hasRDensities", rs.densities),
+                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                                  ("gValues", "hasValues", values)),
+                         values=values,
+                         seed=vectorView(outputs[0].grad, qs.positions.dtype, rows))
     return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
 
 
