@@ -52,7 +52,7 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads, structFor
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, gradientBuffersWithin, vectorView
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin, vectorView
 from ..autograd.specialize import specializationEnabled
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
@@ -337,17 +337,14 @@ def _reverseEligible(config, args):
 
 def _reverseLaunch(config, args, outputs):
     qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    pack = structFor("cotangent", config["dim"], config["scalar"])()
     rows = int(qs.positions.shape[0])
-    pack.values = values
-    pack.seed = vectorView(outputs[0].grad, qs.positions.dtype, 2 * rows)
-    for field, flag, arr in (("qPositions", "hasQPositions", qs.positions),
-                             ("qSupports", "hasQSupports", qs.supports),
-                             ("rPositions", "hasRPositions", rs.positions),
-                             ("rSupports", "hasRSupports", rs.supports),
-                             ("gValues", "hasValues", values)):
-        setattr(pack, field, arr.grad)
-        setattr(pack, flag, arr.grad is not None)
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("gValues", "hasValues", values)),
+                         values=values,
+                         seed=vectorView(outputs[0].grad, qs.positions.dtype, 2 * rows))
     return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
 
 
