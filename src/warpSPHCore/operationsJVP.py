@@ -61,6 +61,8 @@ from .autograd.arg_extract import (
 from .autograd.functorch import anyWrapped, functorchCall
 from .autograd.jvpCommon import GeometryTangents, launchGeometryJVP
 from .autograd.operator_spec import ExtraKind, _resolve, _resolveShape, launchOperator
+from .autograd.specialize import specializationEnabled
+from .autograd.stateAwareWarpFunction import _liveTangentMask
 from .dataTypes.corrections import CRKTangentState, LaplacianCorrectionTangentState
 from .enumTypes import WarpOperation
 from .operators import (
@@ -70,6 +72,7 @@ from .operators import (
     matches,
     operatorEntry,
 )
+from .operators._specialized import specialCodeCovers
 from .preparation import _prepareCall, runOperation
 from .util.precision import warpScalar
 
@@ -549,10 +552,6 @@ def fusedDualJVP(spec, ctx, extras: dict):
     where it does not apply (the bridge's route then runs the primal and `dualRouteJVP`).
     The one readback is the tangent's liveness: a zero tangent gives the primal launch and
     an exact zero tangent."""
-    from .autograd.specialize import specializationEnabled
-    from .autograd.stateAwareWarpFunction import _liveTangentMask
-    from .operators._specialized import specialCodeCovers
-
     jvp = spec.jvp
     if jvp is None or jvp.dualSpecialize is None or not specializationEnabled():
         return None

@@ -516,24 +516,27 @@ class Simulation:
 
 def _capturable(state, rates) -> None:
     """Raise unless `state` and `rates` can be recorded in a CUDA graph."""
-    tensors = [v for v in _fields(state).values() if isinstance(v, torch.Tensor)]
     x = state.positions
     if x.device.type != "cuda" and _graphFactory is _cudaGraph:
         raise ValueError(f"Simulation: LoopOptions(capture=True) records CUDA graphs; the "
                          f"state is on {x.device} (run it on a CUDA device, or without "
                          "capture)")
-    grads = [f.name for f in dataclasses.fields(state)
-             if isinstance(getattr(state, f.name), torch.Tensor)
-             and getattr(state, f.name).requires_grad]
-    if rates is not None:
-        grads += [f"rates.{f.name}" for f in dataclasses.fields(rates)
-                  if isinstance(getattr(rates, f.name), torch.Tensor)
-                  and getattr(rates, f.name).requires_grad]
+    grads = [prefix + f.name for prefix, obj in (("", state), ("rates.", rates))
+             if obj is not None for f in dataclasses.fields(obj)
+             if isinstance(getattr(obj, f.name), torch.Tensor)
+             and getattr(obj, f.name).requires_grad]
     if grads and torch.is_grad_enabled():
         raise ValueError(f"Simulation: LoopOptions(capture=True) records no autograd graph, "
                          f"and {', '.join(grads)} require grad; run without capture to "
                          "differentiate, or under torch.no_grad()")
-    del tensors
+
+
+def _cloned(obj):
+    """`obj` (a dataclass of tensors, or None) with every tensor field a detached copy."""
+    if obj is None:
+        return None
+    return replace(obj, **{n: v.clone() for n, v in _fields(obj).items()
+                           if isinstance(v, torch.Tensor)})
 
 
 class _EagerGraph:
@@ -585,12 +588,8 @@ class _Segment:
         time = state.time
         if not isinstance(time, torch.Tensor):
             time = torch.tensor(float(time), dtype=torch.float64, device=state.positions.device)
-        self.state = replace(state, **{n: v.detach().clone() for n, v in
-                                       _fields(replace(state, time=time)).items()
-                                       if isinstance(v, torch.Tensor)})
-        self.rates = None if rates is None else replace(rates, **{
-            n: v.detach().clone() for n, v in _fields(rates).items()
-            if isinstance(v, torch.Tensor)})
+        self.state = _cloned(replace(state, time=time))
+        self.rates = _cloned(rates)
         calls = sim.neighbours.calls
 
         def segment():
@@ -612,11 +611,7 @@ class _Segment:
             _copyInto(self.state, state)
             _copyInto(self.rates, rates)
             self.graph.replay()
-        out = replace(self.state, **{n: v.clone() for n, v in _fields(self.state).items()
-                                     if isinstance(v, torch.Tensor)})
-        return out, None if self.rates is None else replace(self.rates, **{
-            n: v.clone() for n, v in _fields(self.rates).items()
-            if isinstance(v, torch.Tensor)})
+        return _cloned(self.state), _cloned(self.rates)
 
 
 def _copyInto(static, values) -> None:

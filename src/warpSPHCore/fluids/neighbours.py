@@ -234,9 +234,10 @@ class VerletNeighbours:
         if horizon is None:
             values.append(torch.zeros(1, dtype=x.dtype, device=x.device))
         else:
-            probe = self._testProbe(_Probe(x, self.supports, self.scenes), prior)
+            held = None if self.openBoundary is None else self.openBoundary.held(x, self.kinds)
+            probe = self._testProbe(_Probe(x, self.supports, self.scenes), prior, held)
             used, buffer = verletBudget(prior, probe, self.domain, self.supportMode)
-            speed = self._fastest(state, probe)
+            speed = self._fastest(state, held)
             h = horizon.detach().to(x) if isinstance(horizon, torch.Tensor) \
                 else float(horizon)
             ahead = used + (2.0 * STEP_REACH) * h * speed
@@ -253,20 +254,22 @@ class VerletNeighbours:
             self.rebuild(state)
         return False
 
-    def _fastest(self, state, probe) -> torch.Tensor:
+    @staticmethod
+    def _fastest(state, held=None) -> torch.Tensor:
         """The largest speed of the rows the test counts (velocities and, where a state
-        carries them, transport velocities), 0-dim."""
-        x = probe.positions
-        speeds = [torch.linalg.vector_norm(state.velocities.detach(), dim=1)]
+        carries them, transport velocities; not the `held` rows of an open boundary),
+        0-dim."""
+        v = state.velocities.detach()
+        speeds = [torch.linalg.vector_norm(v, dim=1)]
         transport = getattr(state, "transportVelocities", None)
         if transport is not None:
             speeds.append(torch.linalg.vector_norm(transport.detach(), dim=1))
         speed = torch.stack(speeds).amax(0)
-        if self.openBoundary is not None:
-            speed = torch.where(self.openBoundary.held(x, self.kinds), 0.0, speed)
+        if held is not None:
+            speed = torch.where(held, 0.0, speed)
         if speed.shape[0] == 0:
-            return torch.zeros((), dtype=x.dtype, device=x.device)
-        return speed.amax().to(x.dtype)
+            return torch.zeros((), dtype=v.dtype, device=v.device)
+        return speed.amax().to(v.dtype)
 
     def rebuild(self, state) -> AdjacencyList:
         """A fresh search at `state` (its own readback); the deferred flag cleared."""
