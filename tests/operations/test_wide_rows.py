@@ -90,6 +90,36 @@ def test_wide_rows_equal_the_column_threads_bitwise(monkeypatch, op):
                                                      float((wide - narrow)[fin].abs().max()))
 
 
+@pytest.mark.parametrize("op", OPERATORS, ids=_ids)
+def test_whole_blocks_read_as_rows_bitwise(monkeypatch, op):
+    """Plain calls whose blocks of eight read their values as one row (two whole blocks, and
+    two plus a partial one): equal to the per-column kernels bit for bit, in both
+    precisions, also for a strided field (every other column of a wider tensor: the
+    bridge's views are contiguous copies of such a tensor)."""
+    operation, kw = op
+    d = 2
+    n = 40
+    gen = torch.Generator().manual_seed(31)
+    for width, dtype in ((16, torch.float64), (19, torch.float32)):
+        q = cloud(n, d, dtype, "cpu", 11, kinds=[i % 3 for i in range(n)], hMean=0.42)
+        dom = makeDomain(d, dtype, "cpu", periodic=True)
+        adj = neighbourStructure("csr", q, dom)
+        dot = kw.get("laplacianMode") == LaplacianScheme.Dot
+        shape = (n, width, d) if dot else (n, width)
+        wider = torch.randn(n, 2 * width, *shape[2:], generator=gen,
+                            dtype=torch.float64).to(dtype)
+        f = wider[:, ::2]  # strided: the flat field is not a view of contiguous rows
+        assert not f.is_contiguous() and f.shape == shape
+        pr = props(operation, operationMode=9, **kw)
+        wide = _call(q, pr, dom, adj, f, "plain", n)
+        assert torch.equal(wide, _call(q, pr, dom, adj, f.contiguous(), "plain", n))
+        with monkeypatch.context() as m:
+            _narrow(m)
+            narrow = _call(q, pr, dom, adj, f, "plain", n)
+        assert narrow.abs().max() > 0
+        assert torch.equal(wide, narrow), (width, dtype, float((wide - narrow).abs().max()))
+
+
 def test_wide_kernels_are_the_cpu_csr_choice():
     """Which configuration a call gets: wide on the CPU with a CSR list, plain only without
     grad-h and volumes and with densities on both sides; never on CUDA or the grid."""

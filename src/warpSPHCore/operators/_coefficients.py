@@ -71,6 +71,7 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
+           "laplacianDifferenceOfValues", "coefficientOfValuesOf",
            "plainStates",
            "LAPLACIAN_REG_N", "LAPLACIAN_REG_DEFAULT"]
 
@@ -246,7 +247,7 @@ def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
     they are, V_j = m_j / rho_j): a pair loop over several columns then has no branch in
     its column code."""
     ofValues = coefficientOfValues_ij if fixedScheme is None and not plain \
-        else _coefficientOfValuesFunction(fixedScheme, plain)
+        else coefficientOfValuesOf(fixedScheme, plain)
 
     def fieldCoefficient_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any,
                             r: Any, corr: Any, ks: Any, values: Any, consistent: wp.bool,
@@ -270,6 +271,18 @@ def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
 
 
 coefficientOfValues_ij = _coefficientOfValuesFunction(None)
+
+
+@functools.cache
+def coefficientOfValuesOf(scheme: int | None, plain: bool = False):
+    """`coefficientOfValues_ij` with the gradient scheme `scheme` fixed (and, with `plain`,
+    the `plainStates` copy): the coefficient of `fieldCoefficientOf(scheme, plain)` for
+    values read by the caller (the several-column loops read a block of them at once)."""
+    if scheme is None and not plain:
+        return coefficientOfValues_ij
+    return _coefficientOfValuesFunction(scheme, plain)
+
+
 fieldCoefficient_ij = _fieldCoefficientFunction(None)
 
 
@@ -575,13 +588,26 @@ def laplacianDifferenceOf(scheme: int):
     """`laplacianDifference_ij` for `plainStates` calls with the gradient scheme `scheme`
     fixed at code generation (Symmetric 2: s_ij = m_j rho_i / rho_j^2, else m_j / rho_j):
     the same arithmetic without run-time tests, so the same bits."""
-    symmetric = int(scheme) == 2
+    ofValues = laplacianDifferenceOfValues(scheme)
 
     def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                                r: Any, corr: Any, ks: Any, values: Any):
-        f_i = values[i * F + k]
-        f_j = values[q.masses.shape[0] * F + j * F + k]
-        scale = values.dtype(0.0)
+        return ofValues(i, j, values[i * F + k], values[q.masses.shape[0] * F + j * F + k],
+                        q, r)
+
+    return wp.func(laplacianDifference_ij, name=f"laplacianDifference_g{int(scheme)}p_ij",
+                   module="unique")
+
+
+@functools.cache
+def laplacianDifferenceOfValues(scheme: int):
+    """``(i, j, f_i, f_j, q, r) -> (f_j - f_i) s_ij``: `laplacianDifferenceOf`'s arithmetic
+    for values read by the caller."""
+    symmetric = int(scheme) == 2
+
+    def laplacianDifferenceOfValues_ij(i: wp.int32, j: wp.int32, f_i: Any, f_j: Any, q: Any,
+                                       r: Any):
+        scale = type(f_j)(0.0)
         if wp.static(symmetric):
             rho_j = r.densities[j]
             scale = r.masses[j] * q.densities[i] / (rho_j * rho_j)
@@ -589,8 +615,8 @@ def laplacianDifferenceOf(scheme: int):
             scale = r.masses[j] / r.densities[j]
         return (f_j - f_i) * scale
 
-    return wp.func(laplacianDifference_ij, name=f"laplacianDifference_g{int(scheme)}p_ij",
-                   module="unique")
+    return wp.func(laplacianDifferenceOfValues_ij,
+                   name=f"laplacianDifferenceOfValues_g{int(scheme)}p_ij", module="unique")
 
 
 @wp.func

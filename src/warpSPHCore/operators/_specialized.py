@@ -90,6 +90,7 @@ from ._coefficients import (
     LAPLACIAN_REG_DEFAULT,
     LAPLACIAN_REG_N,
     apparentVolume_j,
+    coefficientOfValuesOf,
     densityPairVJP_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
@@ -99,6 +100,7 @@ from ._coefficients import (
     interpolatePairVJP_ij,
     laplacianDifference_ij,
     laplacianDifferenceOf,
+    laplacianDifferenceOfValues,
     plainStates,
 )
 from ._momentumPair import momentumPair, momentumRows
@@ -377,26 +379,53 @@ _WIDE_COLUMNS = 8
 
 
 @functools.cache
-def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
+def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool,
+                columnOfValues=None, queryHalf: bool = True):
     """``wideSum(adj, i, F, q, r, dom, corr, ks, extra, out)``: adds, for every reference j
     of query i's CSR row that the interaction mode admits and every column k < F,
     ``column(i, j, k, F, x_ij, h_i, g_ij, q, r, corr, ks, extra)`` to the query's output row
     (``out[i F + k]``, or the d-vector at ``out[(i F + k) d]`` when `vector`), where
     ``g_ij = geometry(i, j, x_ij, h_i, q, r, corr, ks)`` is evaluated once per pair: the
     smoothing kernel's quantities are shared by the F columns. Each column's terms are added
-    in the row's order, as `_neighborSum`'s CSR loop adds them, so the sums are the same."""
+    in the row's order, as `_neighborSum`'s CSR loop adds them, so the sums are the same.
+
+    With `columnOfValues` (``(i, j, k, x_ij, h_i, g_ij, f_i, f_j, q, r, corr, ks)``, the
+    same arithmetic as `column` on the values it would read), a whole block of eight
+    columns reads the reference's eight values as one row of its own, ``extra`` re-viewed
+    at the row's first value with the indices 0..7 (constants: the compiler then loads them
+    together instead of one indexed read each, and no accumulator entry is picked at run
+    time, so the block's sums stay in registers), and the query's eight (`queryHalf`:
+    ``extra`` holds the query rows first, ``[N_q F | N_r F]``) once per block. The bridge's
+    Warp views are contiguous (`util.conversion.canonical` copies a strided tensor), so
+    eight adjacent values are eight adjacent entries."""
     D, S = cfg.dim, cfg.scalar
     P, DOM, C, KS, A, G = _structs(cfg)
     box = _boxOf(D, S)
     reference = _referenceOf(cfg)
     W = D if vector else 1
+    SIZE = wp.types.type_size_in_bytes(S)
+    BLOCK = wp.types.vector(length=_WIDE_COLUMNS, dtype=S)
 
     ACC = wp.types.vector(length=_WIDE_COLUMNS * W, dtype=S)
+    ofValues = columnOfValues
+
+    @specialFunction(column.key)
+    def rowAt(extra: extraType, start: wp.int32):
+        """The eight values from ``extra[start]`` as a vector (constant indices)."""
+        row = wp.array(ptr=wp.uint64(extra.ptr) + wp.uint64(start) * wp.uint64(SIZE),
+                       shape=(wp.static(_WIDE_COLUMNS),), dtype=S)
+        v = BLOCK()
+        for kk in range(wp.static(_WIDE_COLUMNS)):
+            v[kk] = row[kk]
+        return v
 
     @specialFunction(column.key, inline=None)
     def wideSum(adj: A, i: wp.int32, F: wp.int32, q: P, r: P, dom: DOM, corr: C, ks: KS,
                 extra: extraType, out: wp.array(dtype=S)):
         rng = getIndexRange(adj, i)
+        refStart = wp.int32(0)
+        if wp.static(queryHalf):
+            refStart = q.masses.shape[0] * F
         nR = wp.int64(r.masses.shape[0])
         x_i = q.positions[i]
         h_i = q.supports[i]
@@ -407,6 +436,10 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
         for k0 in range(0, F, wp.static(_WIDE_COLUMNS)):
             acc = ACC()
             full = k0 + wp.static(_WIDE_COLUMNS) <= F
+            fi = BLOCK()
+            if wp.static(columnOfValues is not None and queryHalf):
+                if full:
+                    fi = rowAt(extra, i * F + k0)
             for e in range(rng[0], rng[0] + rng[1]):
                 jl = adj.neighborList[e]
                 if jl >= wp.int64(0) and jl < nR:
@@ -416,14 +449,27 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
                         g = geometry(i, j, x_ij, h_i, q, r, corr, ks)
                         if full:
                             # a whole block: no per-column test (the columns vectorise)
-                            for kk in range(wp.static(_WIDE_COLUMNS)):
-                                v = column(i, j, k0 + kk, F, x_ij, h_i, g, q, r, corr, ks,
-                                           extra)
-                                if wp.static(vector):
-                                    for delta in range(wp.static(D)):
-                                        acc[delta * wp.static(_WIDE_COLUMNS) + kk] += v[delta]
-                                else:
-                                    acc[kk] += v
+                            if wp.static(columnOfValues is not None):
+                                fj = rowAt(extra, refStart + j * F + k0)
+                                for kk in range(wp.static(_WIDE_COLUMNS)):
+                                    v = ofValues(i, j, k0 + kk, x_ij, h_i, g, fi[kk], fj[kk],
+                                                 q, r, corr, ks)
+                                    if wp.static(vector):
+                                        for delta in range(wp.static(D)):
+                                            acc[delta * wp.static(_WIDE_COLUMNS) + kk] += \
+                                                v[delta]
+                                    else:
+                                        acc[kk] += v
+                            else:
+                                for kk in range(wp.static(_WIDE_COLUMNS)):
+                                    v = column(i, j, k0 + kk, F, x_ij, h_i, g, q, r, corr, ks,
+                                               extra)
+                                    if wp.static(vector):
+                                        for delta in range(wp.static(D)):
+                                            acc[delta * wp.static(_WIDE_COLUMNS) + kk] += \
+                                                v[delta]
+                                    else:
+                                        acc[kk] += v
                         else:
                             # the last, partial block; the accumulation is written out twice
                             # on purpose: as a shared function it cost the full block 15-20 %
@@ -450,7 +496,7 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool):
 
 
 def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: bool,
-                    module: str = "unique"):
+                    module: str = "unique", columnOfValues=None, queryHalf: bool = True):
     """The forward kernel of an operator whose pair term splits into a per-pair part and a
     per-column part, ``column(i, j, k, F, x_ij, h_i, geometry(i, j, x_ij, h_i, q, r, corr,
     ks), q, r, corr, ks, extra)``, with the ABI of `_rowKernel`: one thread per output (row,
@@ -472,7 +518,7 @@ def _splitRowKernel(name: str, cfg: Configuration, geometry, column, X, vector: 
 
     # a one-column field (the common call) keeps the per-column loop: one accumulator
     store = _rowStore(pair, cfg, X, vector)
-    wideSum = _wideRowSum(geometry, column, cfg, X, vector)
+    wideSum = _wideRowSum(geometry, column, cfg, X, vector, columnOfValues, queryHalf)
     admitted = _queryAdmitted(cfg)
     W = D if vector else 1
 
@@ -695,7 +741,17 @@ def _gradientKernel(cfg: Configuration, module: str = "unique"):
                q: P, r: P, corr: C, ks: KS, extra: X):
         return fieldCoefficient_ij(i, j, k, F, q, r, corr, ks, extra, False, False) * Gv
 
-    return _splitRowKernel("gradient", cfg, geometry, column, X, True, module)
+    if not cfg.plain:
+        return _splitRowKernel("gradient", cfg, geometry, column, X, True, module)
+    ofValues = coefficientOfValuesOf(cfg.gradientScheme, True)
+
+    @specialFunction("gradientColumnOfValues_" + cfg.tag)
+    def columnOfValues(i: wp.int32, j: wp.int32, k: wp.int32, x_ij: V, h_i: S, Gv: V, f_i: S,
+                       f_j: S, q: P, r: P, corr: C, ks: KS):
+        return ofValues(i, j, f_i, f_j, q, r, corr, ks, False) * Gv
+
+    return _splitRowKernel("gradient", cfg, geometry, column, X, True, module,
+                           columnOfValues=columnOfValues)
 
 
 def gradientSpecialized(config: dict):
@@ -968,7 +1024,13 @@ def _interpolateKernel(cfg: Configuration):
                q: P, r: P, corr: C, ks: KS, extra: X):
         return extra[j * F + k] * g[0] * g[1]
 
-    return _splitRowKernel("interpolate", cfg, geometry, column, X, False)
+    @specialFunction("interpolateColumnOfValues_" + cfg.tag)
+    def columnOfValues(i: wp.int32, j: wp.int32, k: wp.int32, x_ij: V, h_i: S, g: GEO,
+                       f_i: S, f_j: S, q: P, r: P, corr: C, ks: KS):
+        return f_j * g[0] * g[1]
+
+    return _splitRowKernel("interpolate", cfg, geometry, column, X, False,
+                           columnOfValues=columnOfValues, queryHalf=False)
 
 
 def _contractedGradient(cfg: Configuration):
@@ -1260,7 +1322,21 @@ def _laplacianKernel(cfg: Configuration):
                 res = q_k * g[1]
         return res
 
-    return _splitRowKernel("laplacian", cfg, geometry, column, X, False)
+    if not cfg.plain or scheme == 3:
+        # the Dot scheme's column reads the other columns of its d-block
+        return _splitRowKernel("laplacian", cfg, geometry, column, X, False)
+    ofValues = laplacianDifferenceOfValues(cfg.gradientScheme)
+
+    @specialFunction("laplacianColumnOfValues_" + cfg.tag)
+    def columnOfValues(i: wp.int32, j: wp.int32, k: wp.int32, x_ij: V, h_i: S, g: GEO,
+                       f_i: S, f_j: S, q: P, r: P, corr: C, ks: KS):
+        res = S(0.0)
+        if g[0] > S(0.0):
+            res = ofValues(i, j, f_i, f_j, q, r) * g[1]
+        return res
+
+    return _splitRowKernel("laplacian", cfg, geometry, column, X, False,
+                           columnOfValues=columnOfValues)
 
 
 def laplacianSpecialized(config: dict):
