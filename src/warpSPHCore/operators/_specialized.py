@@ -1371,11 +1371,22 @@ def _momentumKernel(cfg: Configuration):
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     supportMode = cfg.supportMode
 
+    FW = 4 + 2 * D  # `momentum.momentumFieldWidth`
+    SIZE = wp.types.type_size_in_bytes(S)
+
+    @specialFunction("momentumRow_" + cfg.tag)
+    def fieldRow(values: X, base: wp.int32):
+        """The particle's field ``values[base : base + F]`` re-viewed from its first value:
+        constant indices, so the compiler reads the row as adjacent loads (the bridge's
+        views are contiguous)."""
+        return wp.array(ptr=wp.uint64(values.ptr) + wp.uint64(base) * wp.uint64(SIZE),
+                        shape=(wp.static(FW),), dtype=S)
+
     @specialFunction("momentumVector_" + cfg.tag)
-    def fieldVector(values: X, base: wp.int32):
+    def fieldVector(row: X, base: wp.int32):
         v = V()
         for c in range(wp.static(D)):
-            v[c] = values[base + c]
+            v[c] = row[base + c]
         return v
 
     @specialFunction("momentum_" + cfg.tag)
@@ -1389,14 +1400,12 @@ def _momentumKernel(cfg: Configuration):
         if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j,
                                                                     wp.static(supportMode))
-            bi = i * F
-            bj = q.masses.shape[0] * F + j * F
-            res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, extra[bi], extra[bi + 1],
-                               extra[bi + 2], extra[bi + 3], fieldVector(extra, bi + 4),
-                               fieldVector(extra, bi + 4 + wp.static(D)), extra[bj],
-                               extra[bj + 1], extra[bj + 2], extra[bj + 3],
-                               fieldVector(extra, bj + 4),
-                               fieldVector(extra, bj + 4 + wp.static(D)))
+            fi = fieldRow(extra, i * F)
+            fj = fieldRow(extra, q.masses.shape[0] * F + j * F)
+            res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, fi[0], fi[1], fi[2],
+                               fi[3], fieldVector(fi, 4), fieldVector(fi, wp.static(4 + D)),
+                               fj[0], fj[1], fj[2], fj[3], fieldVector(fj, 4),
+                               fieldVector(fj, wp.static(4 + D)))
         return res
 
     rowSum = _neighborSum(pair, cfg, False, X, M)
@@ -1450,11 +1459,20 @@ def _momentumVJPKernel(cfg: Configuration):
     mode = cfg.supportMode
     tag = cfg.tag
 
+    FW = 4 + 2 * D  # `momentum.momentumFieldWidth`
+    SIZE = wp.types.type_size_in_bytes(S)
+
+    @specialFunction("momentumVJPRow_" + tag)
+    def fieldRow(values: wp.array(dtype=S), base: wp.int32):
+        """``values[base : base + F]`` re-viewed from its first entry (`_momentumKernel`)."""
+        return wp.array(ptr=wp.uint64(values.ptr) + wp.uint64(base) * wp.uint64(SIZE),
+                        shape=(wp.static(FW),), dtype=S)
+
     @specialFunction("momentumVJPVector_" + tag)
-    def fieldVector(values: wp.array(dtype=S), base: wp.int32):
+    def fieldVector(row: wp.array(dtype=S), base: wp.int32):
         v = V()
         for c in range(wp.static(D)):
-            v[c] = values[base + c]
+            v[c] = row[base + c]
         return v
 
 
@@ -1467,21 +1485,21 @@ def _momentumVJPKernel(cfg: Configuration):
         # the primal's guard; beyond the larger support every adjoint of the pair is 0
         if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
-            bi = i * F
             bj = q.masses.shape[0] * F + j * F
-            vals = p.values
-            p_i = vals[bi]
-            rho_i = vals[bi + 1]
-            V_i = vals[bi + 2]
-            mu_i = vals[bi + 3]
-            u_i = fieldVector(vals, bi + 4)
-            ut_i = fieldVector(vals, bi + 4 + wp.static(D))
-            p_j = vals[bj]
-            rho_j = vals[bj + 1]
-            V_j = vals[bj + 2]
-            mu_j = vals[bj + 3]
-            u_j = fieldVector(vals, bj + 4)
-            ut_j = fieldVector(vals, bj + 4 + wp.static(D))
+            fi = fieldRow(p.values, i * F)
+            fj = fieldRow(p.values, bj)
+            p_i = fi[0]
+            rho_i = fi[1]
+            V_i = fi[2]
+            mu_i = fi[3]
+            u_i = fieldVector(fi, 4)
+            ut_i = fieldVector(fi, wp.static(4 + D))
+            p_j = fj[0]
+            rho_j = fj[1]
+            V_j = fj[2]
+            mu_j = fj[3]
+            u_j = fieldVector(fj, 4)
+            ut_j = fieldVector(fj, wp.static(4 + D))
             gF = p.seed[2 * i]
             gB = p.seed[2 * i + 1]
             if wp.static(cfg.calibrate):
@@ -1539,13 +1557,14 @@ def _momentumVJPKernel(cfg: Configuration):
             if p.hasRSupports:
                 wp.atomic_add(p.rSupports, j, gh_j + gDh_j)
             if p.hasValues:
-                wp.atomic_add(p.gValues, bj, gp_j)
-                wp.atomic_add(p.gValues, bj + 1, grho_j)
-                wp.atomic_add(p.gValues, bj + 2, gV_j)
-                wp.atomic_add(p.gValues, bj + 3, gmu_j)
+                gj = fieldRow(p.gValues, bj)
+                wp.atomic_add(gj, 0, gp_j)
+                wp.atomic_add(gj, 1, grho_j)
+                wp.atomic_add(gj, 2, gV_j)
+                wp.atomic_add(gj, 3, gmu_j)
                 for c in range(wp.static(D)):
-                    wp.atomic_add(p.gValues, bj + 4 + c, gu_j[c])
-                    wp.atomic_add(p.gValues, bj + 4 + wp.static(D) + c, gut_j[c])
+                    wp.atomic_add(gj, 4 + c, gu_j[c])
+                    wp.atomic_add(gj, wp.static(4 + D) + c, gut_j[c])
             for c in range(wp.static(D)):
                 acc[c] = gx[c]
                 acc[wp.static(D + 5) + c] = gu_i[c]
