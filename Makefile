@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_cases.py
 	$(PY) benchmarks/bench_scenes.py
 	$(PY) benchmarks/bench_func.py
+	$(PY) benchmarks/bench_reverse.py
 	$(PY) benchmarks/bench_distributed.py
 	$(PY) benchmarks/bench_distributed_simulation.py
 	$(PY) benchmarks/bench_precision.py

@@ -69,6 +69,7 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "consistentVolume_j", "fieldValues_ij", "coefficientOfValues_ij", "omegaTangents_ij",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
+           "contractedIndex", "divergenceCoefficients_ij", "divergencePairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
            "laplacianDifferenceOfValues", "coefficientOfValuesOf",
@@ -525,6 +526,58 @@ def gradientPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
     if p.hasRSupports:
         wp.atomic_add(p.rSupports, j, c * gh_j)
     return res
+
+
+# --- Divergence: the contraction of the coefficients with G_ij ---------------------------------
+
+
+@wp.func
+def contractedIndex(delta: wp.int32, p: wp.int32, P: wp.int32, d: wp.int32, dotMode: wp.bool):
+    """The Divergence's flat field index of (contracted axis delta, remaining index p) in a
+    field of P = F / d remaining entries: ``delta P + p``, or ``p d + delta`` in dot mode (the
+    last field axis contracted)."""
+    idx = delta * P + p
+    if dotMode:
+        idx = p * d + delta
+    return idx
+
+
+@wp.func
+def divergenceCoefficients_ij(i: wp.int32, j: wp.int32, p: wp.int32, F: wp.int32, q: Any,
+                              r: Any, corr: Any, ks: Any, values: Any, d: wp.int32,
+                              like: Any):
+    """The d-vector (c_ij[idx(delta, p)])_delta of the Divergence's pair term
+    sum_delta c_ij[idx(delta, p)] G_ij[delta] (the Gradient scheme's coefficient, not the
+    consistent volumes; `like` gives the vector type): the cotangent of G_ij is u times it.
+    For reverse kernels only (components set by index)."""
+    c = type(like)()
+    for delta in range(d):
+        c[delta] = fieldCoefficient_ij(i, j, contractedIndex(delta, p, F / d, d,
+                                                             ks.divergenceMode),
+                                       F, q, r, corr, ks, values, False, True)
+    return c
+
+
+@wp.func
+def divergencePairVJP_ij(i: wp.int32, j: wp.int32, p: wp.int32, F: wp.int32, q: Any, r: Any,
+                         corr: Any, ks: Any, pk: Any, u: Any, G: Any, Hg: Any, gh_i: Any,
+                         gh_j: Any, d: wp.int32):
+    """The adjoint of the Divergence's pair term sum_delta c_ij[idx(delta, p)] G_ij[delta]
+    for the row cotangent `u`, given (G, H g, g . dG/dh_i, g . dG/dh_j) of the pair for the
+    G cotangent g = u c_ij (`divergenceCoefficients_ij`): scatters u G[delta] dc to the
+    inputs of each coefficient (`fieldCoefficientVJP_ij`), -H g to x_j and g . dG/dh to h_i
+    and h_j; returns the x_i adjoint H g. The one definition behind the generic and the
+    specialised reverse kernels."""
+    for delta in range(d):
+        fieldCoefficientVJP_ij(i, j, contractedIndex(delta, p, F / d, d, ks.divergenceMode),
+                               F, q, r, corr, ks, pk, u * G[delta])
+    if pk.hasRPositions:
+        wp.atomic_sub(pk.rPositions, j, Hg)
+    if pk.hasQSupports:
+        wp.atomic_add(pk.qSupports, i, gh_i)
+    if pk.hasRSupports:
+        wp.atomic_add(pk.rSupports, j, gh_j)
+    return Hg
 
 
 # --- Laplacian: the scheme scale s_ij and the pair difference q_ij = (f_j - f_i) s_ij ------------

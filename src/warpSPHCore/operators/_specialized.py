@@ -92,6 +92,8 @@ from ._coefficients import (
     apparentVolume_j,
     coefficientOfValuesOf,
     densityPairVJP_ij,
+    divergenceCoefficients_ij,
+    divergencePairVJP_ij,
     fieldCoefficientJVP_ij,
     fieldCoefficientOf,
     fieldCoefficientValuesVJPOf,
@@ -111,6 +113,7 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
+           "divergenceVJPSpecialized",
            "curlSpecialized", "gradientDualSpecialized", "gradientDualCovers", "specialCodeCovers",
            "interpolateVJPSpecialized",
            "specializedKernelCount"]
@@ -1117,6 +1120,57 @@ def _divergenceKernel(cfg: Configuration, dotMode: bool):
         out[tid] = val
 
     return _kernel(kernel, name, cfg)
+
+
+@functools.cache
+def _divergenceVJPKernel(cfg: Configuration):
+    """The Divergence's hand-written reverse kernel (`divergence.divergenceVJPKernel`) for
+    one configuration: the same per-pair adjoint (`_coefficients.divergencePairVJP_ij`, the
+    scheme and the contraction axis run-time values) with the specialised
+    (G, H g, g . dG/dh) of `kernels.specialized`."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+
+    @specialFunction("divergenceVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        u = p.scalarSeed[i * (F / wp.static(D)) + k]
+        if wp.static(cfg.calibrate):
+            u = u * ks.normalizationCoefficient
+        c = divergenceCoefficients_ij(i, j, k, F, q, r, corr, ks, p.values, wp.static(D), x_ij)
+        Gv, Hg, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u * c)
+        return divergencePairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hg, gh_i, gh_j,
+                                    wp.static(D))
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def divergenceVJP(queryState: P, referenceState: P, domainState: DOM,
+                      useAdjacency: wp.bool, adjacencyState: A, gridState: G,
+                      correctionData: C, kernelProperties: KS, cotangents: X,
+                      fieldWidth: wp.int32):
+        tid = wp.tid()
+        NP = fieldWidth / wp.static(D)
+        i = tid / NP
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, tid - i * NP, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(divergenceVJP, "divergenceVJP", cfg)
+
+
+def divergenceVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Divergence: every call eligible for its reverse kernel
+    (`divergence._reverseEligible`: no CRK, renormalization, grad-h or consistent
+    volumes)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _divergenceVJPKernel(cfg)
 
 
 def divergenceSpecialized(config: dict):

@@ -21,7 +21,13 @@
   skipped.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
-volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Without CRK,
+renormalization, grad-h and the consistent volumes the backward is the hand-written reverse
+kernel `divergenceVJPKernel` (`autograd.reverse`): thread (i, p) traverses its references
+once; per pair, the cotangent of G_ij is g = u c_ij (the d coefficients of the pair,
+`_coefficients.divergenceCoefficients_ij`), whose adjoint (H g, g . dG/dh) comes from one
+shape evaluation, and u G_ij[delta] is the adjoint of each coefficient
+(`_coefficients.divergencePairVJP_ij`); the reference side is scattered with atomics. Forward mode
 (exact, neighbours fixed): `divergenceJVPKernel`, the same thread layout, traversal, kinds and
 calibration as the primal, with the pair term
 
@@ -31,7 +37,7 @@ calibration as the primal, with the pair term
 (`_coefficients.fieldCoefficientJVP_ij` with f_i and f_j both divided (``divideQuery``), the
 value tangent fused; `_tangents.correctedGradientJVP_ij`). Non-consistent volumes only: the
 scope check (`operationsJVP.checkJVPScope`) rejects grad-h; dot mode mirrors the primal's
-index map `_contractedIndex`, and ``consistentDivergence`` the primal's component packing with
+index map `_coefficients.contractedIndex`, and ``consistentDivergence`` the primal's component packing with
 the consistent volumes' tangent (`_coefficients.consistentVolumeJVP_j`); both checked against
 J·v and central differences. Itself reverse-differentiable (reverse over forward).
 """
@@ -44,26 +50,26 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import coefficientJVP_ij, fieldCoefficient_ij
-from ._specialized import divergenceSpecialized
+from ._coefficients import (
+    coefficientJVP_ij,
+    contractedIndex,
+    divergenceCoefficients_ij,
+    divergencePairVJP_ij,
+    fieldCoefficient_ij,
+)
+from ._specialized import divergenceSpecialized, divergenceVJPSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
 __all__ = ["divergencePairTerm", "divergenceKernel", "DIVERGENCE_SPEC", "divergenceJVPPairTerm",
-           "divergenceJVPKernel"]
-
-
-@wp.func
-def _contractedIndex(delta: wp.int32, p: wp.int32, P: wp.int32, d: wp.int32, dotMode: wp.bool):
-    """Flat field index of (contracted axis delta, remaining index p)."""
-    idx = delta * P + p
-    if dotMode:
-        idx = p * d + delta
-    return idx
+           "divergenceJVPKernel", "divergenceVJPPairTerm", "divergenceVJPKernel",
+           "DIVERGENCE_REVERSE"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -82,15 +88,15 @@ def divergencePairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: An
         dotMode = ks.divergenceMode
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
-        res = fieldCoefficient_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r, corr,
+        res = fieldCoefficient_ij(i, j, contractedIndex(0, p, P, d, dotMode), F, q, r, corr,
                                   ks, extra, consistent, True) * G[0]
         if d > 1:
             d1 = wp.min(1, d - 1)
-            res = res + fieldCoefficient_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
+            res = res + fieldCoefficient_ij(i, j, contractedIndex(d1, p, P, d, dotMode), F, q,
                                             r, corr, ks, extra, consistent, True) * G[d1]
         if d > 2:
             d2 = wp.min(2, d - 1)
-            res = res + fieldCoefficient_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
+            res = res + fieldCoefficient_ij(i, j, contractedIndex(d2, p, P, d, dotMode), F, q,
                                             r, corr, ks, extra, consistent, True) * G[d2]
     return res
 
@@ -151,17 +157,17 @@ def divergenceJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q:
         dx, dh_i, dh_j = pairTangent_ij(t, i, j, x_ij, h_i)
         G, dG = correctedGradientJVP_ij(corr, ks, dom, t, i, x_ij, h_i, h_j, dx, dh_i, dh_j,
                                         coefficientTangentPresent(t))
-        c0, dc0 = coefficientJVP_ij(i, j, _contractedIndex(0, p, P, d, dotMode), F, q, r,
+        c0, dc0 = coefficientJVP_ij(i, j, contractedIndex(0, p, P, d, dotMode), F, q, r,
                                     corr, ks, t, consistent, True)
         res = dc0 * G[0] + c0 * dG[0]
         if d > 1:
             d1 = wp.min(1, d - 1)
-            c1, dc1 = coefficientJVP_ij(i, j, _contractedIndex(d1, p, P, d, dotMode), F, q,
+            c1, dc1 = coefficientJVP_ij(i, j, contractedIndex(d1, p, P, d, dotMode), F, q,
                                         r, corr, ks, t, consistent, True)
             res = res + dc1 * G[d1] + c1 * dG[d1]
         if d > 2:
             d2 = wp.min(2, d - 1)
-            c2, dc2 = coefficientJVP_ij(i, j, _contractedIndex(d2, p, P, d, dotMode), F, q,
+            c2, dc2 = coefficientJVP_ij(i, j, contractedIndex(d2, p, P, d, dotMode), F, q,
                                         r, corr, ks, t, consistent, True)
             res = res + dc2 * G[d2] + c2 * dG[d2]
     return res
@@ -205,6 +211,100 @@ def divergenceJVPKernel(queryState: Any, referenceState: Any, domainState: Any,
 declareStateOverloads(divergenceJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+
+@wp.func
+def divergenceVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                          dom: Any, corr: Any, ks: Any, pk: Any):
+    """The adjoint of the pair term of output row (i, p = k) for the row cotangent
+    u = N scalarSeed[i P + p] (`_coefficients.divergencePairVJP_ij`); returns the x_i
+    adjoint H (u c_ij), 0 if reference j fails the mode's test."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        d = dom.dim
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        u = pk.scalarSeed[i * (F / d) + k]
+        if ks.calibrateNormalization:
+            u = u * ks.normalizationCoefficient
+        c = divergenceCoefficients_ij(i, j, k, F, q, r, corr, ks, pk.values, d, x_ij)
+        G, Hg, gh_i, gh_j = sphKernelGradientVJP_ij(x_ij, q.supports[i], r.supports[j], u * c,
+                                                    ks.supportMode, ks.kernelFunction, d)
+        res = divergencePairVJP_ij(i, j, k, F, q, r, corr, ks, pk, u, G, Hg, gh_i, gh_j, d)
+    return res
+
+
+divergenceVJPCsrSum, divergenceVJPGridSum = makeNeighborSum(divergenceVJPPairTerm,
+                                                            "divergenceVJP", vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def divergenceVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                        useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                        correctionData: Any, kernelProperties: Any, cotangents: Any,
+                        fieldWidth: wp.int32):
+    """Thread (i, p): the reverse of `divergenceKernel`'s row (i, p) for the cotangent
+    ``cotangents.scalarSeed[i P + p]``, one traversal; nothing for a masked query (its row
+    is 0)."""
+    tid = wp.tid()
+    P = fieldWidth / domainState.dim
+    i = tid / P
+    p = tid - i * P
+    ks = kernelProperties
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = divergenceVJPCsrSum(adjacencyState, i, p, fieldWidth, queryState,
+                                      referenceState, domainState, correctionData, ks,
+                                      cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = divergenceVJPGridSum(gridState, cell, i, p, fieldWidth, queryState,
+                                       referenceState, domainState, correctionData, ks,
+                                       cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(divergenceVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
+# query volumes are never read without the consistent volumes: their gradient is exactly zero)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"},
+                   6: {"queryVolumes", "referenceVolumes"},
+                   8: {"*"}}
+
+
+def _reverseEligible(config, args):
+    """Every scheme, support mode, interaction mode, calibration, traversal, contraction axis
+    and volumes; CRK, renormalization, grad-h and the consistent volumes keep the tape path
+    (`fieldCoefficientVJP_ij` is the coefficient's adjoint without them)."""
+    return (not config["useCRK"] and not config["useGradientRenormalization"]
+            and not config["useGradHTerms"] and not bool(args[10])
+            and gradientBuffersWithin(args, _REVERSE_FIELDS))
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args[:10]
+    rows = int(outputs[0].shape[0])
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("qDensities", "hasQDensities", qs.densities),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("rMasses", "hasRMasses", rs.masses),
+                                  ("rDensities", "hasRDensities", rs.densities),
+                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                                  ("gValues", "hasValues", values)),
+                         values=values, scalarSeed=outputs[0].grad)
+    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+
+
+DIVERGENCE_REVERSE = ReverseSpec(kernel=divergenceVJPKernel, eligible=_reverseEligible,
+                                 build=_reverseLaunch, specialize=divergenceVJPSpecialized)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -221,5 +321,6 @@ DIVERGENCE_SPEC = OperatorSpec(
             ExtraSpec("consistentDivergence", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=divergenceJVPKernel),
+    reverse=DIVERGENCE_REVERSE,
     specialize=divergenceSpecialized,
 )
