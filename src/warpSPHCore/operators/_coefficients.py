@@ -70,6 +70,7 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
            "contractedIndex", "divergenceCoefficients_ij", "divergencePairVJP_ij",
+           "curlAxes", "curlPairVJP_ij", "scatterGeometryAdjoint_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
            "laplacianDifferenceOfValues", "coefficientOfValuesOf",
@@ -571,12 +572,55 @@ def divergencePairVJP_ij(i: wp.int32, j: wp.int32, p: wp.int32, F: wp.int32, q: 
     for delta in range(d):
         fieldCoefficientVJP_ij(i, j, contractedIndex(delta, p, F / d, d, ks.divergenceMode),
                                F, q, r, corr, ks, pk, u * G[delta])
+    scatterGeometryAdjoint_ij(i, j, pk, Hg, gh_i, gh_j)
+    return Hg
+
+
+@wp.func
+def scatterGeometryAdjoint_ij(i: wp.int32, j: wp.int32, pk: Any, Hg: Any, gh_i: Any,
+                              gh_j: Any):
+    """Scatter a pair's geometry adjoints into the reverse pack `pk`: -H g to x_j (the x_i
+    adjoint H g is summed by the caller's thread) and g . dG/dh to h_i and h_j, each behind
+    its presence flag."""
     if pk.hasRPositions:
         wp.atomic_sub(pk.rPositions, j, Hg)
     if pk.hasQSupports:
         wp.atomic_add(pk.qSupports, i, gh_i)
     if pk.hasRSupports:
         wp.atomic_add(pk.rSupports, j, gh_j)
+
+
+# --- Curl: G_ij x c_ij ----------------------------------------------------------------------------
+
+
+@wp.func
+def curlAxes(k: wp.int32, P: wp.int32, d: wp.int32):
+    """(a1, a2, s) of the Curl's output component k: (G x c[:, s])_a = G[a1] c[a2 P + s] -
+    G[a2] c[a1 P + s] with a1 = (a + 1) % 3, a2 = (a + 2) % 3 and k = a P + s in 3D; the z
+    component (a1 = 0, a2 = 1, s = k) in 2D. The one index map of every Curl kernel."""
+    a1 = wp.int32(0)
+    a2 = wp.int32(1)
+    s = k
+    if d == 3:
+        a = k / P
+        s = k - a * P
+        a1 = (a + 1) - 3 * ((a + 1) / 3)
+        a2 = (a + 2) - 3 * ((a + 2) / 3)
+    return a1, a2, s
+
+
+@wp.func
+def curlPairVJP_ij(i: wp.int32, j: wp.int32, F: wp.int32, q: Any, r: Any, corr: Any, ks: Any,
+                   pk: Any, u: Any, G: Any, Hg: Any, gh_i: Any, gh_j: Any, a1: wp.int32,
+                   a2: wp.int32, s: wp.int32, P: wp.int32):
+    """The adjoint of the Curl's pair term G[a1] c[a2 P + s] - G[a2] c[a1 P + s] for the row
+    cotangent `u`, given (G, H g, g . dG/dh_i, g . dG/dh_j) of the pair for the G cotangent
+    g (u c[a2 P + s] on axis a1, -u c[a1 P + s] on axis a2): scatters u G[a1] and -u G[a2]
+    to the two coefficients' inputs and the geometry adjoints; returns the x_i adjoint H g.
+    The one definition behind the generic and the specialised reverse kernels."""
+    fieldCoefficientVJP_ij(i, j, a2 * P + s, F, q, r, corr, ks, pk, u * G[a1])
+    fieldCoefficientVJP_ij(i, j, a1 * P + s, F, q, r, corr, ks, pk, -u * G[a2])
+    scatterGeometryAdjoint_ij(i, j, pk, Hg, gh_i, gh_j)
     return Hg
 
 

@@ -91,6 +91,8 @@ from ._coefficients import (
     LAPLACIAN_REG_N,
     apparentVolume_j,
     coefficientOfValuesOf,
+    curlAxes,
+    curlPairVJP_ij,
     densityPairVJP_ij,
     divergenceCoefficients_ij,
     divergencePairVJP_ij,
@@ -113,7 +115,7 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
-           "divergenceVJPSpecialized",
+           "divergenceVJPSpecialized", "curlVJPSpecialized",
            "curlSpecialized", "gradientDualSpecialized", "gradientDualCovers", "specialCodeCovers",
            "interpolateVJPSpecialized",
            "specializedKernelCount"]
@@ -1197,14 +1199,7 @@ def _curlKernel(cfg: Configuration):
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, extra: X):
         NP = F / wp.static(D)
-        a1 = wp.int32(0)
-        a2 = wp.int32(1)
-        s = k
-        if wp.static(D == 3):
-            a = k / NP
-            s = k - a * NP
-            a1 = (a + 1) - 3 * ((a + 1) / 3)
-            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        a1, a2, s = curlAxes(k, NP, wp.static(D))
         Gv = gradient(i, j, x_ij, h_i, r, corr)
         c2 = coefficient(i, j, a2 * NP + s, F, q, r, corr, ks, extra, False, True)
         c1 = coefficient(i, j, a1 * NP + s, F, q, r, corr, ks, extra, False, True)
@@ -1232,6 +1227,67 @@ def _curlKernel(cfg: Configuration):
         out[tid] = val
 
     return _kernel(kernel, "curl", cfg)
+
+
+@functools.cache
+def _curlVJPKernel(cfg: Configuration):
+    """The Curl's hand-written reverse kernel (`curl.curlVJPKernel`) for one configuration,
+    d = 2 or 3: the same per-pair adjoint (`_coefficients.curlPairVJP_ij`, the scheme a
+    run-time value) with the specialised (G, H g, g . dG/dh) of `kernels.specialized`."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    coefficient = fieldCoefficientOf(0)  # the scheme a run-time value
+
+    @specialFunction("curlVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        NP = F / wp.static(D)
+        n = F
+        if wp.static(D == 2):
+            n = NP
+        a1, a2, s = curlAxes(k, NP, wp.static(D))
+        u = p.scalarSeed[i * n + k]
+        if wp.static(cfg.calibrate):
+            u = u * ks.normalizationCoefficient
+        c2 = coefficient(i, j, a2 * NP + s, F, q, r, corr, ks, p.values, False, True)
+        c1 = coefficient(i, j, a1 * NP + s, F, q, r, corr, ks, p.values, False, True)
+        g = V()
+        g[a1] = u * c2
+        g[a2] = -u * c1
+        Gv, Hg, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], g)
+        return curlPairVJP_ij(i, j, F, q, r, corr, ks, p, u, Gv, Hg, gh_i, gh_j, a1, a2, s, NP)
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def curlVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                cotangents: X, fieldWidth: wp.int32):
+        tid = wp.tid()
+        n = fieldWidth
+        if wp.static(D == 2):
+            n = fieldWidth / 2
+        i = tid / n
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, tid - i * n, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(curlVJP, "curlVJP", cfg)
+
+
+def curlVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Curl: the calls eligible for its reverse kernel in 2D
+    and 3D (the 1D curl, exactly 0, keeps the generic kernel)."""
+    if int(config["dim"]) < 2:
+        return None
+    cfg = configurationOf(config)
+    return None if cfg is None else _curlVJPKernel(cfg)
 
 
 def curlSpecialized(config: dict):

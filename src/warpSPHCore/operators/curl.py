@@ -18,7 +18,11 @@
   skipped. Lattice calibration multiplies the sum.
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
-volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Forward mode
+volumes, Omega, CRK A, B, gradA, gradB and L (through `StateAwareWarpFunction`). Without CRK,
+renormalization and grad-h the backward is the hand-written reverse kernel `curlVJPKernel`
+(`autograd.reverse`): per pair the G cotangent g is u c[a2 P + s] on axis a1 and
+-u c[a1 P + s] on axis a2, whose adjoint (H g, g . dG/dh) comes from one shape evaluation,
+and u G[a1], -u G[a2] are the two coefficients' adjoints (`_coefficients.curlPairVJP_ij`). Forward mode
 (exact, neighbours fixed): `curlJVPKernel`, the same thread layout, traversal, kinds and
 calibration as the primal, with the product-rule pair term
 
@@ -40,16 +44,24 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
+from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
-from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij
-from ._specialized import curlSpecialized
+from ._coefficients import (
+    curlAxes,
+    curlPairVJP_ij,
+    fieldCoefficient_ij,
+    fieldCoefficientJVP_ij,
+)
+from ._specialized import curlSpecialized, curlVJPSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
-__all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC", "curlJVPPairTerm", "curlJVPKernel"]
+__all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC", "curlJVPPairTerm", "curlJVPKernel",
+           "curlVJPPairTerm", "curlVJPKernel", "CURL_REVERSE"]
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -63,14 +75,7 @@ def curlPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: 
     d = dom.dim
     if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
         P = F / d
-        a1 = wp.int32(0)
-        a2 = wp.int32(1)
-        s = k
-        if d == 3:
-            a = k / P
-            s = k - a * P
-            a1 = (a + 1) - 3 * ((a + 1) / 3)
-            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        a1, a2, s = curlAxes(k, P, d)
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         G = correctedGradient_ij(corr, ks, dom, i, x_ij, q.supports[i], r.supports[j])
         c2 = fieldCoefficient_ij(i, j, a2 * P + s, F, q, r, corr, ks, extra, False, True)
@@ -125,14 +130,7 @@ def curlJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, 
     d = dom.dim
     if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
         P = F / d
-        a1 = wp.int32(0)
-        a2 = wp.int32(1)
-        s = k
-        if d == 3:
-            a = k / P
-            s = k - a * P
-            a1 = (a + 1) - 3 * ((a + 1) / 3)
-            a2 = (a + 2) - 3 * ((a + 2) / 3)
+        a1, a2, s = curlAxes(k, P, d)
         x_ij = pairVector(q.positions[i], r.positions[j], dom)
         h_i = q.supports[i]
         h_j = r.supports[j]
@@ -185,6 +183,110 @@ def curlJVPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdj
 declareStateOverloads(curlJVPKernel, {"out": "scalar"}, tangent=True)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`) -----------------------------------------
+
+
+@wp.func
+def curlVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                    dom: Any, corr: Any, ks: Any, pk: Any):
+    """The adjoint of the pair term of output (i, k) for the row cotangent
+    u = N scalarSeed[i n + k] (`_coefficients.curlPairVJP_ij`); returns the x_i adjoint H g,
+    0 if reference j fails the mode's test (d = 1: 0)."""
+    res = q.positions.dtype()
+    d = dom.dim
+    if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        P = F / d
+        n = F
+        if d == 2:
+            n = P
+        a1, a2, s = curlAxes(k, P, d)
+        b1 = wp.min(a1, d - 1)
+        b2 = wp.min(a2, d - 1)
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        u = pk.scalarSeed[i * n + k]
+        if ks.calibrateNormalization:
+            u = u * ks.normalizationCoefficient
+        c2 = fieldCoefficient_ij(i, j, a2 * P + s, F, q, r, corr, ks, pk.values, False, True)
+        c1 = fieldCoefficient_ij(i, j, a1 * P + s, F, q, r, corr, ks, pk.values, False, True)
+        g = type(x_ij)()
+        g[b1] = u * c2
+        g[b2] = -u * c1
+        G, Hg, gh_i, gh_j = sphKernelGradientVJP_ij(x_ij, q.supports[i], r.supports[j], g,
+                                                    ks.supportMode, ks.kernelFunction, d)
+        res = curlPairVJP_ij(i, j, F, q, r, corr, ks, pk, u, G, Hg, gh_i, gh_j, b1, b2, s, P)
+    return res
+
+
+curlVJPCsrSum, curlVJPGridSum = makeNeighborSum(curlVJPPairTerm, "curlVJP", vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def curlVJPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjacency: wp.bool,
+                  adjacencyState: Any, gridState: Any, correctionData: Any,
+                  kernelProperties: Any, cotangents: Any, fieldWidth: wp.int32):
+    """Thread (i, k): the reverse of `curlKernel`'s output (i, k) for the cotangent
+    ``cotangents.scalarSeed[i n + k]``, one traversal; nothing for a masked query and in
+    1D (the output is 0)."""
+    tid = wp.tid()
+    d = domainState.dim
+    n = wp.int32(1)
+    if d == 2:
+        n = fieldWidth / 2
+    elif d == 3:
+        n = fieldWidth
+    i = tid / n
+    k = tid - i * n
+    ks = kernelProperties
+    if d > 1 and checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = curlVJPCsrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                                domainState, correctionData, ks, cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = curlVJPGridSum(gridState, cell, i, k, fieldWidth, queryState,
+                                 referenceState, domainState, correctionData, ks, cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(curlVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
+# query volumes are never read: their gradient is exactly zero)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"},
+                   6: {"queryVolumes", "referenceVolumes"},
+                   8: {"*"}}
+
+
+def _reverseEligible(config, args):
+    """Every scheme, support mode, interaction mode, calibration, traversal, dimension and
+    volumes; CRK, renormalization and grad-h keep the tape path."""
+    return (not config["useCRK"] and not config["useGradientRenormalization"]
+            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("qDensities", "hasQDensities", qs.densities),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("rMasses", "hasRMasses", rs.masses),
+                                  ("rDensities", "hasRDensities", rs.densities),
+                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                                  ("gValues", "hasValues", values)),
+                         values=values, scalarSeed=outputs[0].grad)
+    return int(outputs[0].shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
+                                      pack, fieldWidth]
+
+
+CURL_REVERSE = ReverseSpec(kernel=curlVJPKernel, eligible=_reverseEligible,
+                           build=_reverseLaunch, specialize=curlVJPSpecialized)
+
+
 def _callScalar(ctx, extras):
     return warpScalar(ctx.query.positions.dtype)
 
@@ -203,5 +305,6 @@ CURL_SPEC = OperatorSpec(
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=curlJVPKernel),
+    reverse=CURL_REVERSE,
     specialize=curlSpecialized,
 )
