@@ -71,6 +71,7 @@ __all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
            "contractedIndex", "divergenceCoefficients_ij", "divergencePairVJP_ij",
            "curlAxes", "curlPairVJP_ij", "scatterGeometryAdjoint_ij",
+           "laplacianDifferenceVJP_ij", "laplacianDenominators_ij", "laplacianPairVJP_ij",
            "laplacianScale_ij", "laplacianScaleJVP_ij",
            "laplacianDifference_ij", "laplacianDifferenceJVP_ij", "laplacianDifferenceOf",
            "laplacianDifferenceOfValues", "coefficientOfValuesOf",
@@ -714,6 +715,78 @@ def laplacianDifferenceOfValues(scheme: int):
 
     return wp.func(laplacianDifferenceOfValues_ij,
                    name=f"laplacianDifferenceOfValues_g{int(scheme)}p_ij", module="unique")
+
+
+@wp.func
+def laplacianDifferenceVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
+                              r: Any, corr: Any, ks: Any, pk: Any, adj_q: Any):
+    """Scatter the adjoint `adj_q` of `laplacianDifference_ij` (no grad-h) into the reverse
+    pack `pk`: the values f_i, f_j, and through the scale s_ij the masses, the densities
+    (Symmetric: m_j rho_i / rho_j^2) or the apparent volume V_j, each behind its flag."""
+    jr = q.masses.shape[0] * F + j * F + k
+    iq = i * F + k
+    diff = pk.values[jr] - pk.values[iq]
+    scale = type(adj_q)(0.0)
+    if ks.gradientMode == 2:
+        if q.hasDensities and r.hasDensities:
+            rho_i = q.densities[i]
+            rho_j = r.densities[j]
+            m_j = r.masses[j]
+            irho2 = type(adj_q)(1.0) / (rho_j * rho_j)
+            scale = m_j * rho_i * irho2
+            adj_s = adj_q * diff
+            if pk.hasRMasses:
+                wp.atomic_add(pk.rMasses, j, adj_s * rho_i * irho2)
+            if pk.hasQDensities:
+                wp.atomic_add(pk.qDensities, i, adj_s * m_j * irho2)
+            if pk.hasRDensities:
+                wp.atomic_sub(pk.rDensities, j, adj_s * type(adj_q)(2.0) * scale / rho_j)
+    else:
+        scale = apparentVolume_j(r, corr, j)
+        apparentVolumeVJP_j(r, corr, j, adj_q * diff, pk)
+    if pk.hasValues:
+        wp.atomic_add(pk.gValues, jr, adj_q * scale)
+        wp.atomic_sub(pk.gValues, iq, adj_q * scale)
+
+
+@wp.func
+def laplacianDenominators_ij(r_ij: Any, h_ij: Any, scheme: wp.int32):
+    """(D, E, the regulariser of E) of the Brookshaw (2) and Default (4) pair factors
+    -2 (G . x_ij) / (D E): D = r + 1e-8 h_ij, E = D (Brookshaw) or r + 1e-12 h_ij
+    (Default)."""
+    reg = type(r_ij)(LAPLACIAN_REG_N)
+    D = r_ij + reg * h_ij
+    E = D
+    regE = reg
+    if scheme == 4:
+        regE = type(r_ij)(LAPLACIAN_REG_DEFAULT)
+        E = r_ij + regE * h_ij
+    return D, E, regE
+
+
+@wp.func
+def laplacianPairVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                        corr: Any, ks: Any, pk: Any, u: Any, q_k: Any, x_ij: Any, r_ij: Any,
+                        D: Any, E: Any, regE: Any, G: Any, Hg: Any, gh_i: Any, gh_j: Any,
+                        dh_i: Any, dh_j: Any):
+    """The adjoint of the Brookshaw / Default pair term q_k phi, phi = -2 (G . x_ij) / (D E),
+    for the row cotangent `u`, given (G, H g, g . dG/dh_i, g . dG/dh_j) of the pair for the G
+    cotangent g = adj_a x_ij (adj_a = -2 u q_k / (D E), the adjoint of G . x_ij) and the
+    partial derivatives (dh_i, dh_j) of h_ij: scatters u phi to q_k's inputs
+    (`laplacianDifferenceVJP_ij`), the geometry adjoints (G . x_ij through x_ij and G, D and E
+    through r_ij and h_ij) to x_j, h_i and h_j; returns the x_i adjoint. The one definition
+    behind the generic and the specialised reverse kernels."""
+    two = type(r_ij)(2.0)
+    iDE = type(r_ij)(1.0) / (D * E)
+    phi = -two * wp.dot(G, x_ij) * iDE
+    laplacianDifferenceVJP_ij(i, j, k, F, q, r, corr, ks, pk, u * phi)
+    adj_a = -two * u * q_k * iDE
+    adj_D = -u * q_k * phi / D
+    adj_E = -u * q_k * phi / E
+    adj_h = adj_D * type(r_ij)(LAPLACIAN_REG_N) + adj_E * regE
+    gx = Hg + adj_a * G + ((adj_D + adj_E) / r_ij) * x_ij
+    scatterGeometryAdjoint_ij(i, j, pk, gx, gh_i + adj_h * dh_i, gh_j + adj_h * dh_j)
+    return gx
 
 
 @wp.func

@@ -102,9 +102,11 @@ from ._coefficients import (
     fieldCoefficientVJP_ij,
     gradientPairVJP_ij,
     interpolatePairVJP_ij,
+    laplacianDenominators_ij,
     laplacianDifference_ij,
     laplacianDifferenceOf,
     laplacianDifferenceOfValues,
+    laplacianPairVJP_ij,
     plainStates,
 )
 from ._momentumPair import momentumPair, momentumRows
@@ -115,7 +117,7 @@ __all__ = ["Configuration", "configurationOf", "neighborSum", "queryAdmitted",
            "densityPairedSpecialized", "gradientSpecialized", "interpolateSpecialized",
            "gradientVJPSpecialized", "gradientJVPSpecialized", "laplacianSpecialized",
            "momentumSpecialized", "covarianceSpecialized", "divergenceSpecialized",
-           "divergenceVJPSpecialized", "curlVJPSpecialized",
+           "divergenceVJPSpecialized", "curlVJPSpecialized", "laplacianVJPSpecialized",
            "curlSpecialized", "gradientDualSpecialized", "gradientDualCovers", "specialCodeCovers",
            "interpolateVJPSpecialized",
            "specializedKernelCount"]
@@ -1467,6 +1469,65 @@ def laplacianSpecialized(config: dict):
         cfg = dataclasses.replace(cfg, gradientScheme=int(config["gradientMode"]))
     return _laplacianKernel(dataclasses.replace(
         cfg, laplacianScheme=scheme, renormalize=bool(config["useGradientRenormalization"])))
+
+
+@functools.cache
+def _laplacianVJPKernel(cfg: Configuration):
+    """The Laplacian's hand-written reverse kernel (`laplacian.laplacianVJPKernel`, Brookshaw
+    and Default) for one configuration: the same per-pair adjoint
+    (`_coefficients.laplacianPairVJP_ij`, the schemes run-time values) with the specialised
+    (G, H g, g . dG/dh) and support partials of `kernels.specialized`."""
+    D, S = cfg.dim, cfg.scalar
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = structFor("cotangent", D, S)
+    pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    mode = cfg.supportMode
+
+    @specialFunction("laplacianVJP_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, p: X):
+        res = V()
+        r_ij = wp.length(x_ij)
+        if r_ij > S(0.0):
+            h_j = r.supports[j]
+            u = p.scalarSeed[i * F + k]
+            if wp.static(cfg.calibrate):
+                u = u * ks.normalizationCoefficient
+            q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, p.values)
+            Dn, E, regE = laplacianDenominators_ij(
+                r_ij, computePairwiseSupport(h_i, h_j, wp.static(mode)), ks.laplacianMode)
+            g = x_ij * (S(-2.0) * u * q_k / (Dn * E))
+            Gv, Hg, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, h_j, g)
+            dh_i, dh_j = pk.supportAdjoint(S(1.0), h_i, h_j)
+            res = laplacianPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, q_k, x_ij, r_ij, Dn, E,
+                                      regE, Gv, Hg, gh_i, gh_j, dh_i, dh_j)
+        return res
+
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def laplacianVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                     adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                     cotangents: X, fieldWidth: wp.int32):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, tid - i * fieldWidth, fieldWidth,
+                         queryState, referenceState, domainState, correctionData,
+                         kernelProperties, cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(laplacianVJP, "laplacianVJP", cfg)
+
+
+def laplacianVJPSpecialized(config: dict):
+    """`ReverseSpec.specialize` of the Laplacian: every call eligible for its reverse kernel
+    (`laplacian._reverseEligible`: Brookshaw and Default without positiveDivergence, CRK,
+    renormalization or grad-h)."""
+    cfg = configurationOf(config)
+    return None if cfg is None else _laplacianVJPKernel(cfg)
 
 
 @functools.cache

@@ -45,7 +45,12 @@
 
 Derivatives: reverse mode w.r.t. positions, supports, masses, densities, values, reference
 volumes, Omega (query and reference), CRK A, B, gradA, gradB and L (through
-`StateAwareWarpFunction`). The r > 0 guard keeps the adjoint at coincident points finite and
+`StateAwareWarpFunction`). For the Brookshaw and Default schemes without positiveDivergence,
+CRK, renormalization and grad-h the backward is the hand-written reverse kernel
+`laplacianVJPKernel` (`autograd.reverse`): per pair, with the factor phi = -2 (G . x_ij) /
+(D E) (E = D for Brookshaw), the adjoint of G . x_ij is the G cotangent along x_ij, whose
+adjoint (H g, g . dG/dh) comes from one shape evaluation, and u phi is the adjoint of q_ij
+(`_coefficients.laplacianPairVJP_ij`); the other schemes keep Warp's adjoint. The r > 0 guard keeps the adjoint at coincident points finite and
 exact (the true contribution is 0; Warp's adjoint of n_ij / D / D through the exactly zero
 unit vector is wrong). With CRK (G(0) != 0) the
 Brookshaw/Dot/Default terms grow like G(0).x_hat / r as a distinct particle leaves a
@@ -87,10 +92,12 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
+from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
     computePairwiseSupport,
     computePairwiseSupportJVP,
+    sphKernelGradientVJP_ij,
     sphKernelLaplacian_ij,
     sphKernelLaplacianJVP_ij,
 )
@@ -98,14 +105,20 @@ from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import LAPLACIAN_REG_DEFAULT as _REG_DEFAULT
 from ._coefficients import LAPLACIAN_REG_N as _REG_N
-from ._coefficients import laplacianDifference_ij, laplacianDifferenceJVP_ij
-from ._specialized import laplacianSpecialized
+from ._coefficients import (
+    laplacianDenominators_ij,
+    laplacianDifference_ij,
+    laplacianDifferenceJVP_ij,
+    laplacianPairVJP_ij,
+)
+from ._specialized import laplacianSpecialized, laplacianVJPSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
 from .corrected import correctedGradient_ij
 
 __all__ = ["laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC", "laplacianJVPPairTerm",
-           "laplacianJVPKernel"]
+           "laplacianJVPKernel", "laplacianVJPPairTerm", "laplacianVJPKernel",
+           "LAPLACIAN_REVERSE"]
 
 
 
@@ -348,6 +361,110 @@ def _flatOutputShape(ctx, extras):
     return (ctx.numQueries * int(extras["fieldWidth"]),)
 
 
+# --- hand-written reverse kernel (`autograd.reverse`): Brookshaw and Default ----------------
+
+
+@wp.func
+def laplacianVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
+                         dom: Any, corr: Any, ks: Any, pk: Any):
+    """The adjoint of component k of the Brookshaw / Default pair term for the row
+    cotangent u = N scalarSeed[i F + k] (`_coefficients.laplacianPairVJP_ij`); returns the x_i
+    adjoint, 0 for a reference masked by the mode or r = 0 (the primal's guard)."""
+    res = q.positions.dtype()
+    if checkDirectionality_j(ks.operationMode, r.kinds[j]):
+        x_ij = pairVector(q.positions[i], r.positions[j], dom)
+        r_ij = wp.length(x_ij)
+        if r_ij > type(r_ij)(0.0):
+            h_i = q.supports[i]
+            h_j = r.supports[j]
+            u = pk.scalarSeed[i * F + k]
+            if ks.calibrateNormalization:
+                u = u * ks.normalizationCoefficient
+            q_k = laplacianDifference_ij(i, j, k, F, q, r, corr, ks, pk.values)
+            one = type(r_ij)(1.0)
+            zero = type(r_ij)(0.0)
+            D, E, regE = laplacianDenominators_ij(
+                r_ij, computePairwiseSupport(h_i, h_j, ks.supportMode), ks.laplacianMode)
+            g = x_ij * (type(r_ij)(-2.0) * u * q_k / (D * E))
+            G, Hg, gh_i, gh_j = sphKernelGradientVJP_ij(x_ij, h_i, h_j, g, ks.supportMode,
+                                                        ks.kernelFunction, dom.dim)
+            res = laplacianPairVJP_ij(
+                i, j, k, F, q, r, corr, ks, pk, u, q_k, x_ij, r_ij, D, E, regE, G, Hg, gh_i,
+                gh_j, computePairwiseSupportJVP(h_i, h_j, one, zero, ks.supportMode),
+                computePairwiseSupportJVP(h_i, h_j, zero, one, ks.supportMode))
+    return res
+
+
+laplacianVJPCsrSum, laplacianVJPGridSum = makeNeighborSum(laplacianVJPPairTerm, "laplacianVJP",
+                                                          vector=True)
+
+
+@wp.kernel(enable_backward=False)
+def laplacianVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
+                       useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
+                       correctionData: Any, kernelProperties: Any, cotangents: Any,
+                       fieldWidth: wp.int32):
+    """Thread (i, k): the reverse of `laplacianKernel`'s output (i, k) for the cotangent
+    ``cotangents.scalarSeed[i F + k]`` (Brookshaw, Default), one traversal; nothing for a
+    masked query (its row is 0)."""
+    tid = wp.tid()
+    i = tid / fieldWidth
+    k = tid - i * fieldWidth
+    ks = kernelProperties
+    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+        val = queryState.positions.dtype()
+        if useAdjacency:
+            val = laplacianVJPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
+                                     referenceState, domainState, correctionData, ks,
+                                     cotangents)
+        else:
+            cell = gridQueryCell(gridState, queryState.positions[i])
+            val = laplacianVJPGridSum(gridState, cell, i, k, fieldWidth, queryState,
+                                      referenceState, domainState, correctionData, ks,
+                                      cotangents)
+        if cotangents.hasQPositions:
+            wp.atomic_add(cotangents.qPositions, i, val)
+
+
+declareStateOverloads(laplacianVJPKernel, cotangent=True)
+
+# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
+# query volumes are never read: their gradient is exactly zero)
+_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
+                   1: {"positions", "supports", "masses", "densities"},
+                   6: {"queryVolumes", "referenceVolumes"},
+                   8: {"*"}}
+
+
+def _reverseEligible(config, args):
+    """The Brookshaw and Default schemes with every gradient scheme's q_ij, support scheme,
+    interaction mode, calibration, traversal and volumes; Naive, Dot, Consistent,
+    positiveDivergence, CRK, renormalization and grad-h keep the tape path."""
+    return (int(config["laplacianMode"]) in (2, 4) and not config["positiveDivergenceMode"]
+            and not config["useCRK"] and not config["useGradientRenormalization"]
+            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
+
+
+def _reverseLaunch(config, args, outputs):
+    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
+    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
+                                  ("qSupports", "hasQSupports", qs.supports),
+                                  ("qDensities", "hasQDensities", qs.densities),
+                                  ("rPositions", "hasRPositions", rs.positions),
+                                  ("rSupports", "hasRSupports", rs.supports),
+                                  ("rMasses", "hasRMasses", rs.masses),
+                                  ("rDensities", "hasRDensities", rs.densities),
+                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
+                                  ("gValues", "hasValues", values)),
+                         values=values, scalarSeed=outputs[0].grad)
+    return int(outputs[0].shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
+                                      pack, fieldWidth]
+
+
+LAPLACIAN_REVERSE = ReverseSpec(kernel=laplacianVJPKernel, eligible=_reverseEligible,
+                                build=_reverseLaunch, specialize=laplacianVJPSpecialized)
+
+
 LAPLACIAN_SPEC = OperatorSpec(
     kernel=laplacianKernel,
     outputs=(OutputSpec(dtype=_callScalar, shape=_flatOutputShape),),
@@ -355,5 +472,6 @@ LAPLACIAN_SPEC = OperatorSpec(
             ExtraSpec("fieldWidth", ExtraKind.SCALAR)),
     jvp=JVPSpec(queryValueExtra="values", referenceValueExtra="values",
                 geometryKernel=laplacianJVPKernel),
+    reverse=LAPLACIAN_REVERSE,
     specialize=laplacianSpecialized,
 )
