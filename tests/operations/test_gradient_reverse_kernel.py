@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reverse_helpers import GATE, assertSameAsTape, cloud2D, field, runCall
 from sph_reference import (
     GRADCHECK,
     cloud,
@@ -43,71 +44,15 @@ from warpSPHCore.operations import warpOperation
 
 F64 = torch.float64
 GRAD = WarpOperation.Gradient
-GATE = "WARPSPHCORE_DISABLE_REVERSE_KERNELS"
 
 
-def _field(n, shape, device, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn((n,) + tuple(shape), generator=g, dtype=F64).to(device)
-
-
-def _run(monkeypatch, tape, q, r, dom, pr, traversal, shape=(), volumes=False, seed=0,
-         extra=None):
-    """Forward + backward of one Gradient call with every float input a leaf; returns
-    (route, output, gradients)."""
-    monkeypatch.setenv(GATE, "1" if tape else "0")
-    dev = q.positions.device
-    nq = q.positions.shape[0]
-    qLeaves = leaves(q.positions, q.supports, q.masses, q.densities)
-    qp, qh, qm, qrho = qLeaves
-    dt = q.positions.dtype
-    fq = leaves(_field(nq, shape, dev, seed + 1).to(dt))[0]
-    query = ParticleState(qp, qh, qm, q.kinds, qrho)
-    grads = qLeaves + [fq]
-    kw = dict(queryValues=fq)
-    if r is not None:
-        nr = r.positions.shape[0]
-        rLeaves = leaves(r.positions, r.supports, r.masses, r.densities)
-        fr = leaves(_field(nr, shape, dev, seed + 2).to(dt))[0]
-        kw.update(referenceParticles=ParticleState(*rLeaves[:3], r.kinds, rLeaves[3]),
-                  referenceValues=fr)
-        grads += rLeaves + [fr]
-    nr = q.positions.shape[0] if r is None else r.positions.shape[0]
-    if volumes:
-        vol = leaves(0.05 + 0.1 * torch.rand(nr, generator=torch.Generator().manual_seed(seed),
-                                             dtype=F64).to(dev))[0]
-        kw["referenceVolumes"] = vol
-        grads.append(vol)
-    if extra:
-        kw.update(extra)
-    adj = neighbourStructure(traversal, q, dom, r)
-    out = warpOperation(query, pr, dom, adjacency=adj, **kw)
-    seedT = _field(nq, out.shape[1:], dev, seed + 7).to(dt)
-    out.backward(seedT)
-    return reverseRoute(out), out.detach(), [g.grad for g in grads]
+_run = runCall
+_field = field
+_cloud2D = cloud2D
 
 
 def _assertSame(monkeypatch, *args, **kw):
-    routeK, outK, gK = _run(monkeypatch, False, *args, **kw)
-    routeT, outT, gT = _run(monkeypatch, True, *args, **kw)
-    assert routeK == "gradientVJPKernel"
-    assert routeT is None
-    # the reverse-kernel route runs the forward on the configuration's specialised kernel,
-    # the tape route on the generic one: the same sum to rounding (operators._specialized)
-    torch.testing.assert_close(outK, outT, rtol=1e-12,
-                               atol=1e-12 * max(1.0, float(outT.abs().max())))
-    for k, (a, b) in enumerate(zip(gK, gT)):
-        assert (a is None) == (b is None), k
-        if a is None:
-            continue
-        scale = max(1.0, float(b.abs().max()))
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * scale, msg=f"leaf {k}")
-    return gK
-
-
-def _cloud2D(device, n=28, seed=3, **kw):
-    dom = makeDomain(2, F64, device)
-    return marginCloud(n, 2, F64, device, seed, domain=dom, **kw), dom
+    return assertSameAsTape(monkeypatch, "gradientVJPKernel", *args, **kw)
 
 
 @pytest.mark.parametrize("traversal", ["csr", "grid"])

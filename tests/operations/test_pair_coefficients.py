@@ -23,7 +23,7 @@ of every support mode reaches the functions unchanged. The structs are built as 
 kernels get them: `arg_extract.extractStateInfo` for the particle, correction and kernel-state
 structs, the tangent pack with null tangent placeholders for absent tangents (as
 `jvpCommon.launchGeometryJVP`), the reverse pack with None for absent gradient buffers (as
-`gradient._reverseLaunch`).
+`_reverse.vectorSeedLaunch`).
 """
 
 from __future__ import annotations

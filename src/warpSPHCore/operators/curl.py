@@ -44,7 +44,7 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
+from ..autograd.reverse import ReverseSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
@@ -55,6 +55,7 @@ from ._coefficients import (
     fieldCoefficient_ij,
     fieldCoefficientJVP_ij,
 )
+from ._reverse import buffersCovered, uncorrected, valueReverseLaunch
 from ._specialized import curlSpecialized, curlVJPSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -62,6 +63,18 @@ from .corrected import correctedGradient_ij
 
 __all__ = ["curlPairTerm", "curlKernel", "CURL_SPEC", "curlJVPPairTerm", "curlJVPKernel",
            "curlVJPPairTerm", "curlVJPKernel", "CURL_REVERSE"]
+
+
+@wp.func
+def _outputsPerQuery(d: wp.int32, F: wp.int32):
+    """Outputs per query of a field of width F: F in 3D, F / 2 in 2D (the z component), 1 in
+    1D (exactly 0)."""
+    n = wp.int32(1)
+    if d == 2:
+        n = F / 2
+    elif d == 3:
+        n = F
+    return n
 
 
 # Inlined into both traversals (a non-inlined Warp function takes its struct arguments by
@@ -95,11 +108,7 @@ def curlKernel(queryState: Any, referenceState: Any, domainState: Any, useAdjace
     masked query and in 1D."""
     tid = wp.tid()
     d = domainState.dim
-    n = wp.int32(1)
-    if d == 2:
-        n = fieldWidth / 2
-    elif d == 3:
-        n = fieldWidth
+    n = _outputsPerQuery(d, fieldWidth)
     i = tid / n
     k = tid - i * n
     ks = kernelProperties
@@ -158,11 +167,7 @@ def curlJVPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdj
     and in 1D."""
     tid = wp.tid()
     d = domainState.dim
-    n = wp.int32(1)
-    if d == 2:
-        n = fieldWidth / 2
-    elif d == 3:
-        n = fieldWidth
+    n = _outputsPerQuery(d, fieldWidth)
     i = tid / n
     k = tid - i * n
     ks = kernelProperties
@@ -196,9 +201,7 @@ def curlVJPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, 
     d = dom.dim
     if d > 1 and checkDirectionality_j(ks.operationMode, r.kinds[j]):
         P = F / d
-        n = F
-        if d == 2:
-            n = P
+        n = _outputsPerQuery(d, F)
         a1, a2, s = curlAxes(k, P, d)
         b1 = wp.min(a1, d - 1)
         b2 = wp.min(a2, d - 1)
@@ -229,11 +232,7 @@ def curlVJPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdj
     1D (the output is 0)."""
     tid = wp.tid()
     d = domainState.dim
-    n = wp.int32(1)
-    if d == 2:
-        n = fieldWidth / 2
-    elif d == 3:
-        n = fieldWidth
+    n = _outputsPerQuery(d, fieldWidth)
     i = tid / n
     k = tid - i * n
     ks = kernelProperties
@@ -252,39 +251,14 @@ def curlVJPKernel(queryState: Any, referenceState: Any, domainState: Any, useAdj
 
 declareStateOverloads(curlVJPKernel, cotangent=True)
 
-# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
-# query volumes are never read: their gradient is exactly zero)
-_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
-                   1: {"positions", "supports", "masses", "densities"},
-                   6: {"queryVolumes", "referenceVolumes"},
-                   8: {"*"}}
-
-
 def _reverseEligible(config, args):
     """Every scheme, support mode, interaction mode, calibration, traversal, dimension and
     volumes; CRK, renormalization and grad-h keep the tape path."""
-    return (not config["useCRK"] and not config["useGradientRenormalization"]
-            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
-
-
-def _reverseLaunch(config, args, outputs):
-    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
-                                  ("qSupports", "hasQSupports", qs.supports),
-                                  ("qDensities", "hasQDensities", qs.densities),
-                                  ("rPositions", "hasRPositions", rs.positions),
-                                  ("rSupports", "hasRSupports", rs.supports),
-                                  ("rMasses", "hasRMasses", rs.masses),
-                                  ("rDensities", "hasRDensities", rs.densities),
-                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                                  ("gValues", "hasValues", values)),
-                         values=values, scalarSeed=outputs[0].grad)
-    return int(outputs[0].shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
-                                      pack, fieldWidth]
+    return uncorrected(config) and buffersCovered(args)
 
 
 CURL_REVERSE = ReverseSpec(kernel=curlVJPKernel, eligible=_reverseEligible,
-                           build=_reverseLaunch, specialize=curlVJPSpecialized)
+                           build=valueReverseLaunch, specialize=curlVJPSpecialized)
 
 
 def _callScalar(ctx, extras):

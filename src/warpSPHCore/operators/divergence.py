@@ -50,7 +50,7 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
+from ..autograd.reverse import ReverseSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
@@ -62,6 +62,7 @@ from ._coefficients import (
     divergencePairVJP_ij,
     fieldCoefficient_ij,
 )
+from ._reverse import buffersCovered, uncorrected, valueReverseLaunch
 from ._specialized import divergenceSpecialized, divergenceVJPSpecialized
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -268,41 +269,15 @@ def divergenceVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
 
 declareStateOverloads(divergenceVJPKernel, cotangent=True)
 
-# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
-# query volumes are never read without the consistent volumes: their gradient is exactly zero)
-_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
-                   1: {"positions", "supports", "masses", "densities"},
-                   6: {"queryVolumes", "referenceVolumes"},
-                   8: {"*"}}
-
-
 def _reverseEligible(config, args):
     """Every scheme, support mode, interaction mode, calibration, traversal, contraction axis
     and volumes; CRK, renormalization, grad-h and the consistent volumes keep the tape path
     (`fieldCoefficientVJP_ij` is the coefficient's adjoint without them)."""
-    return (not config["useCRK"] and not config["useGradientRenormalization"]
-            and not config["useGradHTerms"] and not bool(args[10])
-            and gradientBuffersWithin(args, _REVERSE_FIELDS))
-
-
-def _reverseLaunch(config, args, outputs):
-    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args[:10]
-    rows = int(outputs[0].shape[0])
-    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
-                                  ("qSupports", "hasQSupports", qs.supports),
-                                  ("qDensities", "hasQDensities", qs.densities),
-                                  ("rPositions", "hasRPositions", rs.positions),
-                                  ("rSupports", "hasRSupports", rs.supports),
-                                  ("rMasses", "hasRMasses", rs.masses),
-                                  ("rDensities", "hasRDensities", rs.densities),
-                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                                  ("gValues", "hasValues", values)),
-                         values=values, scalarSeed=outputs[0].grad)
-    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+    return uncorrected(config) and not bool(args[10]) and buffersCovered(args)
 
 
 DIVERGENCE_REVERSE = ReverseSpec(kernel=divergenceVJPKernel, eligible=_reverseEligible,
-                                 build=_reverseLaunch, specialize=divergenceVJPSpecialized)
+                                 build=valueReverseLaunch, specialize=divergenceVJPSpecialized)
 
 
 def _callScalar(ctx, extras):

@@ -54,12 +54,13 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin, vectorView
+from ..autograd.reverse import ReverseSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernelGradientVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import fieldCoefficient_ij, fieldCoefficientJVP_ij, gradientPairVJP_ij
+from ._reverse import buffersCovered, uncorrected, vectorSeedLaunch
 from ._specialized import (
     gradientDualSpecialized,
     gradientJVPSpecialized,
@@ -232,40 +233,14 @@ def gradientVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
 
 declareStateOverloads(gradientVJPKernel, cotangent=True)
 
-# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
-# query volumes are never read by the Gradient: their gradient is exactly zero)
-_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
-                   1: {"positions", "supports", "masses", "densities"},
-                   6: {"queryVolumes", "referenceVolumes"},
-                   8: {"*"}}
-
-
 def _reverseEligible(config, args):
     """The reverse kernel covers every scheme, support mode, interaction mode, calibration,
     traversal and volumes; CRK, renormalization and grad-h keep the tape path."""
-    return (not config["useCRK"] and not config["useGradientRenormalization"]
-            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
-
-
-def _reverseLaunch(config, args, outputs):
-    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    rows = int(qs.positions.shape[0]) * int(fieldWidth)
-    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
-                                  ("qSupports", "hasQSupports", qs.supports),
-                                  ("qDensities", "hasQDensities", qs.densities),
-                                  ("rPositions", "hasRPositions", rs.positions),
-                                  ("rSupports", "hasRSupports", rs.supports),
-                                  ("rMasses", "hasRMasses", rs.masses),
-                                  ("rDensities", "hasRDensities", rs.densities),
-                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                                  ("gValues", "hasValues", values)),
-                         values=values,
-                         seed=vectorView(outputs[0].grad, qs.positions.dtype, rows))
-    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+    return uncorrected(config) and buffersCovered(args)
 
 
 GRADIENT_REVERSE = ReverseSpec(kernel=gradientVJPKernel, eligible=_reverseEligible,
-                               build=_reverseLaunch, specialize=gradientVJPSpecialized,
+                               build=vectorSeedLaunch, specialize=gradientVJPSpecialized,
                                pairedForward=gradientPairedSpecialized)
 
 

@@ -32,12 +32,13 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
+from ..autograd.reverse import ReverseSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import sphKernel_ij, sphKernelVJP_ij
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import apparentVolume_j, apparentVolumeJVP_j, interpolatePairVJP_ij
+from ._reverse import buffersCovered, valueReverseLaunch
 from ._specialized import interpolateSpecialized, interpolateVJPSpecialized
 from ._tangents import correctedKernelJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -200,39 +201,17 @@ def interpolateVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
 
 declareStateOverloads(interpolateVJPKernel, cotangent=True)
 
-# the gradient buffers the reverse kernel writes, per kernel argument: the Interpolate never
-# reads the query masses, densities and volumes (their gradient is exactly zero, and an
-# aliased query mass shares the reference's buffer)
-_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
-                   1: {"positions", "supports", "masses", "densities"},
-                   6: {"queryVolumes", "referenceVolumes"},
-                   8: {"*"}}
-
-
 def _reverseEligible(config, args):
     """Every kernel, support scheme, interaction mode, calibration, traversal and volumes;
     CRK (which corrects W_ij with the query's A, B) and a differentiable domain keep the
-    tape path."""
-    return not config["useCRK"] and gradientBuffersWithin(args, _REVERSE_FIELDS)
-
-
-def _reverseLaunch(config, args, outputs):
-    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
-                                  ("qSupports", "hasQSupports", qs.supports),
-                                  ("rPositions", "hasRPositions", rs.positions),
-                                  ("rSupports", "hasRSupports", rs.supports),
-                                  ("rMasses", "hasRMasses", rs.masses),
-                                  ("rDensities", "hasRDensities", rs.densities),
-                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                                  ("gValues", "hasValues", values)),
-                         scalarSeed=outputs[0].grad, values=values)
-    rows = int(qs.positions.shape[0]) * int(fieldWidth)
-    return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
+    tape path (the Interpolate reads no query density, volume or mass: their gradient is
+    exactly zero)."""
+    return not config["useCRK"] and buffersCovered(args)
 
 
 INTERPOLATE_REVERSE = ReverseSpec(kernel=interpolateVJPKernel, eligible=_reverseEligible,
-                                  build=_reverseLaunch, specialize=interpolateVJPSpecialized)
+                                  build=valueReverseLaunch,
+                                  specialize=interpolateVJPSpecialized)
 
 
 def _callScalar(ctx, extras):

@@ -92,7 +92,7 @@ import warp as wp
 
 from ..autograd.arg_extract import declareStateOverloads
 from ..autograd.operator_spec import ExtraKind, ExtraSpec, JVPSpec, OperatorSpec, OutputSpec
-from ..autograd.reverse import ReverseSpec, cotangentPack, gradientBuffersWithin
+from ..autograd.reverse import ReverseSpec
 from ..kernels.geometry import checkDirectionality_i, checkDirectionality_j
 from ..kernels.support import (
     computePairwiseSupport,
@@ -111,6 +111,7 @@ from ._coefficients import (
     laplacianDifferenceJVP_ij,
     laplacianPairVJP_ij,
 )
+from ._reverse import buffersCovered, uncorrected, valueReverseLaunch
 from ._specialized import laplacianSpecialized, laplacianVJPSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
 from ._traversal import makeNeighborSum, pairVector
@@ -428,41 +429,16 @@ def laplacianVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
 
 declareStateOverloads(laplacianVJPKernel, cotangent=True)
 
-# the gradient buffers the reverse kernel writes, per kernel argument (query masses and
-# query volumes are never read: their gradient is exactly zero)
-_REVERSE_FIELDS = {0: {"positions", "supports", "masses", "densities"},
-                   1: {"positions", "supports", "masses", "densities"},
-                   6: {"queryVolumes", "referenceVolumes"},
-                   8: {"*"}}
-
-
 def _reverseEligible(config, args):
     """The Brookshaw and Default schemes with every gradient scheme's q_ij, support scheme,
     interaction mode, calibration, traversal and volumes; Naive, Dot, Consistent,
     positiveDivergence, CRK, renormalization and grad-h keep the tape path."""
     return (int(config["laplacianMode"]) in (2, 4) and not config["positiveDivergenceMode"]
-            and not config["useCRK"] and not config["useGradientRenormalization"]
-            and not config["useGradHTerms"] and gradientBuffersWithin(args, _REVERSE_FIELDS))
-
-
-def _reverseLaunch(config, args, outputs):
-    qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, values, fieldWidth = args
-    pack = cotangentPack(config, (("qPositions", "hasQPositions", qs.positions),
-                                  ("qSupports", "hasQSupports", qs.supports),
-                                  ("qDensities", "hasQDensities", qs.densities),
-                                  ("rPositions", "hasRPositions", rs.positions),
-                                  ("rSupports", "hasRSupports", rs.supports),
-                                  ("rMasses", "hasRMasses", rs.masses),
-                                  ("rDensities", "hasRDensities", rs.densities),
-                                  ("rVolumes", "hasRVolumes", corr.referenceVolumes),
-                                  ("gValues", "hasValues", values)),
-                         values=values, scalarSeed=outputs[0].grad)
-    return int(outputs[0].shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
-                                      pack, fieldWidth]
+            and uncorrected(config) and buffersCovered(args))
 
 
 LAPLACIAN_REVERSE = ReverseSpec(kernel=laplacianVJPKernel, eligible=_reverseEligible,
-                                build=_reverseLaunch, specialize=laplacianVJPSpecialized)
+                                build=valueReverseLaunch, specialize=laplacianVJPSpecialized)
 
 
 LAPLACIAN_SPEC = OperatorSpec(
