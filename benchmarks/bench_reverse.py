@@ -6,7 +6,8 @@ by the hand-written reverse kernel and by Warp's generated adjoint (the tape,
 about 50 neighbours, CSR list), one CPU thread, float32 and float64. Each operator is
 called on a field of its natural shape (a scalar for Interpolate, Gradient and Laplacian,
 a 2-vector for Divergence and Curl), with the positions and the values requiring grad and
-the backward of a fixed seed; Density differentiates the positions. The route column says
+the backward of a fixed seed; Density and Covariance (no values) differentiate the
+positions. The route column says
 which backward a call took (the reverse kernel's name, or "tape" where none applies).
 Prints medians of interleaved rounds and writes JSON (``--json``, default
 ``benchmarks/results/reverse.json``).
@@ -119,6 +120,8 @@ def main(argv=None) -> int:
             "Laplacian": (OperationProperties(kernel, operation=WarpOperation.Laplacian,
                                               laplacianMode=LaplacianScheme.Brookshaw),
                           scalar),
+            "Covariance": (OperationProperties(kernel, operation=WarpOperation.Covariance),
+                           None),
         }
         for name, (props, values) in ops.items():
             med, route = _measure(p, dom, adj, props, values, args.rounds)

@@ -24,24 +24,30 @@ def runCall(monkeypatch, tape, q, r, dom, pr, traversal, shape=(), volumes=False
             extra=None):
     """Forward + backward of one call with every float input a leaf (positions, supports,
     masses, densities and values of each set, the reference volumes when `volumes`);
-    `shape` is the field's trailing shape. Returns (route, output, gradients)."""
+    `shape` is the field's trailing shape (None: an operator without values). Returns
+    (route, output, gradients)."""
     monkeypatch.setenv(GATE, "1" if tape else "0")
     dev = q.positions.device
     nq = q.positions.shape[0]
     qLeaves = leaves(q.positions, q.supports, q.masses, q.densities)
     qp, qh, qm, qrho = qLeaves
     dt = q.positions.dtype
-    fq = leaves(field(nq, shape, dev, seed + 1).to(dt))[0]
     query = ParticleState(qp, qh, qm, q.kinds, qrho)
-    grads = qLeaves + [fq]
-    kw = dict(queryValues=fq)
+    grads = list(qLeaves)
+    kw = {}
+    if shape is not None:
+        fq = leaves(field(nq, shape, dev, seed + 1).to(dt))[0]
+        grads.append(fq)
+        kw["queryValues"] = fq
     if r is not None:
         nr = r.positions.shape[0]
         rLeaves = leaves(r.positions, r.supports, r.masses, r.densities)
-        fr = leaves(field(nr, shape, dev, seed + 2).to(dt))[0]
-        kw.update(referenceParticles=ParticleState(*rLeaves[:3], r.kinds, rLeaves[3]),
-                  referenceValues=fr)
-        grads += rLeaves + [fr]
+        kw["referenceParticles"] = ParticleState(*rLeaves[:3], r.kinds, rLeaves[3])
+        grads += rLeaves
+        if shape is not None:
+            fr = leaves(field(nr, shape, dev, seed + 2).to(dt))[0]
+            kw["referenceValues"] = fr
+            grads.append(fr)
     nr = q.positions.shape[0] if r is None else r.positions.shape[0]
     if volumes:
         vol = leaves(0.05 + 0.1 * torch.rand(nr, generator=torch.Generator().manual_seed(seed),

@@ -1,10 +1,11 @@
 """The hand-written reverse kernels of the Divergence (`divergence.divergenceVJPKernel`), the
-Curl (`curl.curlVJPKernel`) and the Laplacian's Brookshaw and Default schemes
-(`laplacian.laplacianVJPKernel`) against Warp's generated adjoint (the tape path, forced with
+Curl (`curl.curlVJPKernel`), the Laplacian's Brookshaw and Default schemes
+(`laplacian.laplacianVJPKernel`) and the Covariance (`covariance.covarianceVJPKernel`, no
+values) against Warp's generated adjoint (the tape path, forced with
 ``WARPSPHCORE_DISABLE_REVERSE_KERNELS=1``) and by gradcheck, one table of cases.
 
 * Route: eligible calls take the reverse kernel (``grad_fn.reverse_route``); CRK,
-  renormalization, grad-h, the Divergence's consistent volumes, the Laplacian's Naive, Dot
+  renormalization, grad-h (which the Covariance ignores), the Divergence's consistent volumes, the Laplacian's Naive, Dot
   and Consistent schemes and positiveDivergence, and the gate keep the tape.
 * Equivalence, float64, every gradient of the call (positions, supports, masses, densities,
   values, reference volumes): 4 gradient schemes x 6 support schemes x {CSR, grid}; distinct
@@ -59,6 +60,8 @@ class Case:
     options: dict = dataField(default_factory=dict)
     tensorFields: tuple = ()
     tapeOptions: tuple = ()
+    values: bool = True
+    specialised: bool = True
 
     def props(self, **kw):
         return props(self.operation, **{**self.options, **kw})
@@ -76,22 +79,28 @@ CASES = {
          dict(positiveDivergence=True))),
     "Laplacian-Default": Case(WarpOperation.Laplacian, "laplacianVJPKernel",
                               dict(laplacianMode=LaplacianScheme.Default), ((2, (2, 3), {}),)),
+    "Covariance": Case(WarpOperation.Covariance, "covarianceVJPKernel", values=False,
+                       specialised=False),
 }
 NAMES = list(CASES)
 
 
-def _shape(q, shape):
+def _shape(case, q, shape):
+    if not case.values:
+        return None
     return (q.positions.shape[1],) if shape is None else shape
 
 
-def _run(monkeypatch, tape, q, r, dom, pr, traversal, shape=None, **kw):
-    """`reverse_helpers.runCall` with a d-vector field by default."""
-    return runCall(monkeypatch, tape, q, r, dom, pr, traversal, shape=_shape(q, shape), **kw)
+def _run(monkeypatch, case, tape, q, r, dom, pr, traversal, shape=None, **kw):
+    """`reverse_helpers.runCall` with a d-vector field by default (none for the
+    Covariance)."""
+    return runCall(monkeypatch, tape, q, r, dom, pr, traversal, shape=_shape(case, q, shape),
+                   **kw)
 
 
 def _assertSame(monkeypatch, case, q, r, dom, pr, traversal, shape=None, **kw):
     return assertSameAsTape(monkeypatch, case.route, q, r, dom, pr, traversal,
-                            shape=_shape(q, shape), **kw)
+                            shape=_shape(case, q, shape), **kw)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -104,7 +113,10 @@ def test_reverse_kernel_matches_tape_schemes(device, monkeypatch, scheme, suppor
     q, dom = cloud2D(device)
     pr = case.props(gradientMode=scheme, supportMode=support)
     g = _assertSame(monkeypatch, case, q, None, dom, pr, traversal)
-    assert all(float(t.abs().max()) > 0 for t in g[:2] + g[4:])  # positions, supports, values
+    # positions, supports, values
+    assert all(float(t.abs().max()) > 0 for t in g[:2] + g[4:])
+    if not case.values:  # the Covariance: V_j = m_j / rho_j
+        assert float(g[2].abs().max()) > 0 and float(g[3].abs().max()) > 0
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -187,17 +199,17 @@ def test_reverse_route_selection(device, monkeypatch, name):
     n = q.positions.shape[0]
     pr = case.props()
     vol, om, A, B, gA, gB, L = randomCorrectionTensors(n, n, 2, device, seed=3)
-    assert _run(monkeypatch, False, q, None, dom, pr, "csr")[0] == case.route
-    assert _run(monkeypatch, False, q, None, dom, pr, "csr", volumes=True)[0] == case.route
+    assert _run(monkeypatch, case, False, q, None, dom, pr, "csr")[0] == case.route
+    assert _run(monkeypatch, case, False, q, None, dom, pr, "csr", volumes=True)[0] == case.route
     extras = [dict(crkState=CRKState(A, B, gA, gB)), dict(renormalizationState=L),
               dict(gradHState=GradHState(om))]
     if case.operation == WarpOperation.Divergence:
         extras.append(dict(consistentDivergence=True, queryVolumes=vol))
     for extra in extras:
-        assert _run(monkeypatch, False, q, None, dom, pr, "csr", extra=extra)[0] is None
+        assert _run(monkeypatch, case, False, q, None, dom, pr, "csr", extra=extra)[0] is None
     for options in case.tapeOptions:
-        assert _run(monkeypatch, False, q, None, dom, case.props(**options), "csr")[0] is None
-    assert _run(monkeypatch, True, q, None, dom, pr, "csr")[0] is None
+        assert _run(monkeypatch, case, False, q, None, dom, case.props(**options), "csr")[0] is None
+    assert _run(monkeypatch, case, True, q, None, dom, pr, "csr")[0] is None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -206,8 +218,8 @@ def test_reverse_kernel_float32(device, monkeypatch, name):
     dom = makeDomain(2, torch.float32, device)
     q = cloud(40, 2, torch.float32, device, 9)
     pr = case.props(gradientMode=GradientScheme.Difference)
-    rk, _, gk = _run(monkeypatch, False, q, None, dom, pr, "csr")
-    rt, _, gt = _run(monkeypatch, True, q, None, dom, pr, "csr")
+    rk, _, gk = _run(monkeypatch, case, False, q, None, dom, pr, "csr")
+    rt, _, gt = _run(monkeypatch, case, True, q, None, dom, pr, "csr")
     assert rk == case.route and rt is None
     for a, b in zip(gk, gt):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
@@ -228,7 +240,8 @@ def test_specialised_reverse_kernel_matches_tape(device, monkeypatch, scheme, tr
                     operationMode=9)
     _assertSame(monkeypatch, case, q, None, dom, pr, traversal, volumes=True)
     built = case.route.replace("Kernel", "")
-    assert any(kind == built and cfg.dim == 2 for kind, cfg in _specialized._BUILT)
+    assert any(kind == built and cfg.dim == 2
+               for kind, cfg in _specialized._BUILT) == case.specialised
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -241,15 +254,15 @@ def test_reverse_kernel_gradcheck(device, monkeypatch, scheme, name):
     adj = neighbourStructure("csr", q, dom, r)
     vol = randomCorrectionTensors(8, 9, 2, device, seed=3)[0]
     pr = case.props(gradientMode=scheme, supportMode=SupportScheme.PartialSymmetric)
-    inputs = leaves(q.positions, q.supports, q.densities, field(8, (2,), device, 1),
-                    r.positions, r.supports, r.masses, r.densities, field(9, (2,), device, 2),
-                    vol)
+    fields = (field(8, (2,), device, 1), field(9, (2,), device, 2)) if case.values else ()
+    inputs = leaves(q.positions, q.supports, q.densities, r.positions, r.supports, r.masses,
+                    r.densities, vol, *fields)
 
-    def fn(qp, qh, qrho, fq, rp, rh, rm, rrho, fr, v):
+    def fn(qp, qh, qrho, rp, rh, rm, rrho, v, *f):
+        kw = dict(queryValues=f[0], referenceValues=f[1]) if f else {}
         return warpOperation(ParticleState(qp, qh, q.masses, q.kinds, qrho), pr, dom,
-                             queryValues=fq, referenceValues=fr, adjacency=adj,
-                             referenceParticles=ParticleState(rp, rh, rm, r.kinds, rrho),
-                             referenceVolumes=v)
+                             adjacency=adj, referenceVolumes=v,
+                             referenceParticles=ParticleState(rp, rh, rm, r.kinds, rrho), **kw)
 
     assert reverseRoute(fn(*inputs)) == case.route
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
