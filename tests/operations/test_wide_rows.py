@@ -120,6 +120,39 @@ def test_whole_blocks_read_as_rows_bitwise(monkeypatch, op):
         assert torch.equal(wide, narrow), (width, dtype, float((wide - narrow).abs().max()))
 
 
+def test_covariance_rows_equal_the_element_threads_bitwise(monkeypatch):
+    """The Covariance's one-thread-per-query kernel on the CPU with a list (the whole matrix
+    and the count in one traversal) against the one-thread-per-element kernel, bit for bit:
+    d = 1, 2, 3, masking modes, calibration, periodic seams, volumes."""
+    gen = torch.Generator().manual_seed(5)
+    for d, mode, calibrate, periodic, volumes in ((1, 9, False, True, False),
+                                                  (2, 13, True, True, True),
+                                                  (3, 5, False, False, False)):
+        n = {1: 16, 2: 40, 3: 48}[d]
+        q = cloud(n, d, torch.float64, "cpu", 60 + d, kinds=[i % 3 for i in range(n)],
+                  hMean=0.42)
+        dom = makeDomain(d, torch.float64, "cpu", periodic=periodic)
+        adj = neighbourStructure("csr", q, dom)
+        extra = dict(calibrateNormalization=True, n_h=3.0) if calibrate else {}
+        pr = props(WarpOperation.Covariance, operationMode=mode, **extra)
+        kw = dict(referenceVolumes=0.5 + torch.rand(n, generator=gen,
+                                                    dtype=torch.float64)) if volumes else {}
+
+        def call():
+            with torch.no_grad():
+                return warpOperation(q, pr, dom, adjacency=adj,
+                                     covarianceReturnNumNeighbors=True, **kw)
+
+        wide, wideCount = call()
+        assert any(name == "covariance" and cfg.wide and cfg.dim == d
+                   for name, cfg in _specialized._BUILT)
+        with monkeypatch.context() as m:
+            _narrow(m)
+            narrow, narrowCount = call()
+        assert narrow.abs().max() > 0 and narrowCount.max() > 0
+        assert torch.equal(wide, narrow) and torch.equal(wideCount, narrowCount)
+
+
 def test_wide_kernels_are_the_cpu_csr_choice():
     """Which configuration a call gets: wide on the CPU with a CSR list, plain only without
     grad-h and volumes and with densities on both sides; never on CUDA or the grid."""

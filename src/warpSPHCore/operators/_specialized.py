@@ -1809,8 +1809,10 @@ def _covarianceKernel(cfg: Configuration):
                 res = S(1.0)
         return res
 
-    rowSum = _neighborSum(pair, cfg, False, X)
     admitted = _queryAdmitted(cfg)
+    if cfg.wide:
+        return _covarianceRowKernel(cfg, pk, admitted)
+    rowSum = _neighborSum(pair, cfg, False, X)
 
     def covariance(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
@@ -1833,13 +1835,63 @@ def _covarianceKernel(cfg: Configuration):
     return _kernel(covariance, "covariance", cfg)
 
 
+def _covarianceRowKernel(cfg: Configuration, pk, admitted):
+    """The Covariance's kernel with one thread per query on the CPU (`Configuration.wide`):
+    thread (i, 0) sums the whole matrix and the count in one traversal (grad W and W once per
+    pair instead of once per element), the row's other threads return at once (the launch
+    keeps its N (d^2 + 1) threads). Each element adds ``(-V_j x_ij[a]) G_ij[b]`` in the row's
+    order, as the per-element threads do: the same bits."""
+    D, S = cfg.dim, cfg.scalar
+    dd = D * D
+    V = wp.types.vector(length=D, dtype=S)
+    P, DOM, C, KS, A, G = _structs(cfg)
+    X = wp.array(dtype=S)
+    ACC = wp.types.vector(length=dd + 1, dtype=S)
+
+    @specialFunction("covarianceRow_" + cfg.tag)
+    def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
+             corr: C, ks: KS, extra: X):
+        res = ACC()
+        h_j = r.supports[j]
+        Gv = pk.gradW_ij(x_ij, h_i, h_j)
+        u = -apparentVolume_j(r, corr, j) * x_ij
+        for a in range(wp.static(D)):
+            for b in range(wp.static(D)):
+                res[a * wp.static(D) + b] = u[a] * Gv[b]
+        if pk.W_ij(x_ij, h_i, h_j) > S(0.0):
+            res[wp.static(dd)] = S(1.0)
+        return res
+
+    rowSum = _neighborSum(pair, cfg, False, X, ACC)
+
+    def covariance(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+                   adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+                   out: wp.array(dtype=S), count: wp.array(dtype=wp.int32)):
+        tid = wp.tid()
+        i = tid / wp.static(dd + 1)
+        if tid - i * wp.static(dd + 1) == 0:
+            val = ACC()
+            if admitted(queryState.kinds[i]):
+                val = rowSum(adjacencyState, gridState, i, 0, wp.static(dd), queryState,
+                             referenceState, domainState, correctionData, kernelProperties,
+                             referenceState.masses)
+            for k in range(wp.static(dd)):
+                c = val[k]
+                if wp.static(cfg.calibrate):
+                    c = c * kernelProperties.normalizationCoefficient
+                out[i * wp.static(dd) + k] = c
+            count[i] = wp.int32(val[wp.static(dd)] + S(0.5))
+
+    return _kernel(covariance, "covariance", cfg)
+
+
 def covarianceSpecialized(config: dict):
     """`OperatorSpec.specialize` of the Covariance: the calls without CRK and
     renormalization (the renormalization builder's C_i and the consistent Laplacian's)."""
     if config["useCRK"] or config["useGradientRenormalization"]:
         return None
     cfg = configurationOf(config)
-    return None if cfg is None else _covarianceKernel(cfg)
+    return None if cfg is None else _covarianceKernel(_widened(cfg, config))
 
 
 # the building blocks, for the specialised kernels of other layers (the consistent
