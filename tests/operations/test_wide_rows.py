@@ -138,17 +138,15 @@ def test_covariance_rows_equal_the_element_threads_bitwise(monkeypatch):
         kw = dict(referenceVolumes=0.5 + torch.rand(n, generator=gen,
                                                     dtype=torch.float64)) if volumes else {}
 
-        def call():
-            with torch.no_grad():
-                return warpOperation(q, pr, dom, adjacency=adj,
-                                     covarianceReturnNumNeighbors=True, **kw)
-
-        wide, wideCount = call()
+        args = (q, pr, dom)
+        kw.update(adjacency=adj, covarianceReturnNumNeighbors=True)
+        with torch.no_grad():
+            wide, wideCount = warpOperation(*args, **kw)
         assert any(name == "covariance" and cfg.wide and cfg.dim == d
                    for name, cfg in _specialized._BUILT)
-        with monkeypatch.context() as m:
+        with monkeypatch.context() as m, torch.no_grad():
             _narrow(m)
-            narrow, narrowCount = call()
+            narrow, narrowCount = warpOperation(*args, **kw)
         assert narrow.abs().max() > 0 and narrowCount.max() > 0
         assert torch.equal(wide, narrow) and torch.equal(wideCount, narrowCount)
 
