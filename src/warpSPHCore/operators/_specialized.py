@@ -386,6 +386,24 @@ _WIDE_COLUMNS = 8
 
 
 @functools.cache
+def _rowView(S, n: int):
+    """``rowView(values, base)``: ``values[base : base + n]`` of a flat array of scalar type S
+    re-viewed from its first entry (``wp.array(ptr=..., shape=(n,))``), read at constant
+    indices: an indexed Warp read adds a negative-index wrap and a run-time stride, so n reads
+    of ``values[base + c]`` are n separate loads the compiler cannot combine. The bridge's
+    views are contiguous (`util.conversion.canonical` copies a strided tensor), which this
+    relies on."""
+    SIZE = wp.types.type_size_in_bytes(S)
+
+    @specialFunction(f"{n}_{'f32' if S == wp.float32 else 'f64'}")
+    def rowView(values: wp.array(dtype=S), base: wp.int32):
+        return wp.array(ptr=wp.uint64(values.ptr) + wp.uint64(base) * wp.uint64(SIZE),
+                        shape=(wp.static(n),), dtype=S)
+
+    return rowView
+
+
+@functools.cache
 def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool,
                 columnOfValues=None, queryHalf: bool = True):
     """``wideSum(adj, i, F, q, r, dom, corr, ks, extra, out)``: adds, for every reference j
@@ -410,17 +428,16 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool,
     box = _boxOf(D, S)
     reference = _referenceOf(cfg)
     W = D if vector else 1
-    SIZE = wp.types.type_size_in_bytes(S)
     BLOCK = wp.types.vector(length=_WIDE_COLUMNS, dtype=S)
+    rowView = _rowView(S, _WIDE_COLUMNS)
 
     ACC = wp.types.vector(length=_WIDE_COLUMNS * W, dtype=S)
     ofValues = columnOfValues
 
     @specialFunction(column.key)
     def rowAt(extra: extraType, start: wp.int32):
-        """The eight values from ``extra[start]`` as a vector (constant indices)."""
-        row = wp.array(ptr=wp.uint64(extra.ptr) + wp.uint64(start) * wp.uint64(SIZE),
-                       shape=(wp.static(_WIDE_COLUMNS),), dtype=S)
+        """The eight values from ``extra[start]`` as a vector (`_rowView`)."""
+        row = rowView(extra, start)
         v = BLOCK()
         for kk in range(wp.static(_WIDE_COLUMNS)):
             v[kk] = row[kk]
@@ -606,6 +623,56 @@ def _rowKernel(name: str, cfg: Configuration, pair, X, vector: bool, module: str
               correctionData, kernelProperties, extra, out)
 
     return _kernel(kernel, name, cfg, module)
+
+
+def _rowReverseKernel(name: str, cfg: Configuration, pair, X, perQuery=None,
+                      module: str = "unique"):
+    """A hand-written reverse kernel with one thread per output element: thread tid is
+    (i, k) = divmod(tid, n) with n = F outputs per query (or ``perQuery(F)``, a Warp function
+    of the field width); it sums the vector `pair` (which scatters the reference side and
+    returns the x_i adjoint) over query i's references and adds the sum to the query
+    positions' adjoint; nothing for a masked query. `X` is the reverse pack's type."""
+    P, DOM, C, KS, A, G = _structs(cfg)
+    rowSum = _neighborSum(pair, cfg, True, X)
+    admitted = _queryAdmitted(cfg)
+
+    def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
+               adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
+               cotangents: X, fieldWidth: wp.int32):
+        tid = wp.tid()
+        n = fieldWidth
+        if wp.static(perQuery is not None):
+            n = perQuery(fieldWidth)
+        i = tid / n
+        if admitted(queryState.kinds[i]):
+            val = rowSum(adjacencyState, gridState, i, tid - i * n, fieldWidth, queryState,
+                         referenceState, domainState, correctionData, kernelProperties,
+                         cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    return _kernel(kernel, name, cfg, module)
+
+
+@functools.cache
+def _divergenceRows(D: int):
+    """Outputs per query of the Divergence: F / d."""
+    @specialFunction(f"divergenceRows_{D}d")
+    def rows(F: wp.int32):
+        return F / wp.static(D)
+    return rows
+
+
+@functools.cache
+def _curlRows(D: int):
+    """Outputs per query of the Curl: F in 3D, F / 2 (the z component) in 2D."""
+    @specialFunction(f"curlRows_{D}d")
+    def rows(F: wp.int32):
+        n = F
+        if wp.static(D == 2):
+            n = F / 2
+        return n
+    return rows
 
 
 def _queryAdmitted(cfg: Configuration):
@@ -807,23 +874,7 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
             fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
         return res
 
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def gradientVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                    adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                    cotangents: X, fieldWidth: wp.int32):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        a = tid - i * fieldWidth
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, a, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties,
-                         cotangents)
-            if cotangents.hasQPositions:
-                wp.atomic_add(cotangents.qPositions, i, val)
-
-    return _kernel(gradientVJP, "gradientVJP", cfg, module)
+    return _rowReverseKernel("gradientVJP", cfg, pair, X, module=module)
 
 
 #: reverse configuration -> its kernel built in a forward + reverse module (`_gradientPair`)
@@ -1149,24 +1200,7 @@ def _divergenceVJPKernel(cfg: Configuration):
         return divergencePairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hg, gh_i, gh_j,
                                     wp.static(D))
 
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def divergenceVJP(queryState: P, referenceState: P, domainState: DOM,
-                      useAdjacency: wp.bool, adjacencyState: A, gridState: G,
-                      correctionData: C, kernelProperties: KS, cotangents: X,
-                      fieldWidth: wp.int32):
-        tid = wp.tid()
-        NP = fieldWidth / wp.static(D)
-        i = tid / NP
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, tid - i * NP, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties,
-                         cotangents)
-            if cotangents.hasQPositions:
-                wp.atomic_add(cotangents.qPositions, i, val)
-
-    return _kernel(divergenceVJP, "divergenceVJP", cfg)
+    return _rowReverseKernel("divergenceVJP", cfg, pair, X, perQuery=_divergenceRows(cfg.dim))
 
 
 def divergenceVJPSpecialized(config: dict):
@@ -1262,25 +1296,7 @@ def _curlVJPKernel(cfg: Configuration):
         Gv, Hg, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], g)
         return curlPairVJP_ij(i, j, F, q, r, corr, ks, p, u, Gv, Hg, gh_i, gh_j, a1, a2, s, NP)
 
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def curlVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                cotangents: X, fieldWidth: wp.int32):
-        tid = wp.tid()
-        n = fieldWidth
-        if wp.static(D == 2):
-            n = fieldWidth / 2
-        i = tid / n
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, tid - i * n, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties,
-                         cotangents)
-            if cotangents.hasQPositions:
-                wp.atomic_add(cotangents.qPositions, i, val)
-
-    return _kernel(curlVJP, "curlVJP", cfg)
+    return _rowReverseKernel("curlVJP", cfg, pair, X, perQuery=_curlRows(cfg.dim))
 
 
 def curlVJPSpecialized(config: dict):
@@ -1322,23 +1338,7 @@ def _interpolateVJPKernel(cfg: Configuration):
         Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, r.supports[j])
         return interpolatePairVJP_ij(i, j, k, F, q, r, corr, p, u, Wv, Gv, wh_i, wh_j)
 
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def interpolateVJP(queryState: P, referenceState: P, domainState: DOM,
-                       useAdjacency: wp.bool, adjacencyState: A, gridState: G,
-                       correctionData: C, kernelProperties: KS, cotangents: X,
-                       fieldWidth: wp.int32):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, tid - i * fieldWidth, fieldWidth,
-                         queryState, referenceState, domainState, correctionData,
-                         kernelProperties, cotangents)
-            if cotangents.hasQPositions:
-                wp.atomic_add(cotangents.qPositions, i, val)
-
-    return _kernel(interpolateVJP, "interpolateVJP", cfg)
+    return _rowReverseKernel("interpolateVJP", cfg, pair, X)
 
 
 def interpolateVJPSpecialized(config: dict):
@@ -1504,22 +1504,7 @@ def _laplacianVJPKernel(cfg: Configuration):
                                       regE, Gv, Hg, gh_i, gh_j, dh_i, dh_j)
         return res
 
-    rowSum = _neighborSum(pair, cfg, True, X)
-    admitted = _queryAdmitted(cfg)
-
-    def laplacianVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
-                     adjacencyState: A, gridState: G, correctionData: C, kernelProperties: KS,
-                     cotangents: X, fieldWidth: wp.int32):
-        tid = wp.tid()
-        i = tid / fieldWidth
-        if admitted(queryState.kinds[i]):
-            val = rowSum(adjacencyState, gridState, i, tid - i * fieldWidth, fieldWidth,
-                         queryState, referenceState, domainState, correctionData,
-                         kernelProperties, cotangents)
-            if cotangents.hasQPositions:
-                wp.atomic_add(cotangents.qPositions, i, val)
-
-    return _kernel(laplacianVJP, "laplacianVJP", cfg)
+    return _rowReverseKernel("laplacianVJP", cfg, pair, X)
 
 
 def laplacianVJPSpecialized(config: dict):
@@ -1542,16 +1527,9 @@ def _momentumKernel(cfg: Configuration):
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     supportMode = cfg.supportMode
 
-    FW = 4 + 2 * D  # `momentum.momentumFieldWidth`
-    SIZE = wp.types.type_size_in_bytes(S)
-
-    @specialFunction("momentumRow_" + cfg.tag)
-    def fieldRow(values: X, base: wp.int32):
-        """The particle's field ``values[base : base + F]`` re-viewed from its first value:
-        constant indices, so the compiler reads the row as adjacent loads (the bridge's
-        views are contiguous)."""
-        return wp.array(ptr=wp.uint64(values.ptr) + wp.uint64(base) * wp.uint64(SIZE),
-                        shape=(wp.static(FW),), dtype=S)
+    # a particle's field values[base : base + 4 + 2 d] (`momentum.momentumFieldWidth`) read
+    # as one row (`_rowView`)
+    fieldRow = _rowView(S, 4 + 2 * D)
 
     @specialFunction("momentumVector_" + cfg.tag)
     def fieldVector(row: X, base: wp.int32):
@@ -1630,14 +1608,7 @@ def _momentumVJPKernel(cfg: Configuration):
     mode = cfg.supportMode
     tag = cfg.tag
 
-    FW = 4 + 2 * D  # `momentum.momentumFieldWidth`
-    SIZE = wp.types.type_size_in_bytes(S)
-
-    @specialFunction("momentumVJPRow_" + tag)
-    def fieldRow(values: wp.array(dtype=S), base: wp.int32):
-        """``values[base : base + F]`` re-viewed from its first entry (`_momentumKernel`)."""
-        return wp.array(ptr=wp.uint64(values.ptr) + wp.uint64(base) * wp.uint64(SIZE),
-                        shape=(wp.static(FW),), dtype=S)
+    fieldRow = _rowView(S, 4 + 2 * D)  # a particle's field as one row, as `_momentumKernel`
 
     @specialFunction("momentumVJPVector_" + tag)
     def fieldVector(row: wp.array(dtype=S), base: wp.int32):

@@ -50,17 +50,18 @@ from typing import Any
 
 import warp as wp
 
-from ..autograd.arg_extract import structFor
-from ..kernels.geometry import computeDistanceVec
+from ..autograd.arg_extract import declareStateOverloads, structFor
+from ..kernels.geometry import checkDirectionality_i, computeDistanceVec
 from ..neighborhood.traversal import (
     KIND_GRID_INDEX_W,
     KIND_NEIGHBOR_INDEX_W,
     checkOffset,
     flagError,
     getIndexRange,
+    gridQueryCell,
 )
 
-__all__ = ["makeNeighborSum", "pairVector"]
+__all__ = ["makeNeighborSum", "makeRowReverseKernel", "pairVector"]
 
 
 @wp.func
@@ -187,4 +188,38 @@ def _withZeroReplay(fn, replay, name: str, structure: str, tangent: bool = False
             else:
                 result.add_overload(f)
             wp.func_replay(result)(_copy(replay, f"{name}_replay", ann))
+    return result
+
+
+def makeRowReverseKernel(csrSum, gridSum, name: str, module: str):
+    """The generic hand-written reverse kernel of an operator with one thread per output
+    element (i, k) = divmod(tid, F) (Interpolate, Gradient, Laplacian; `autograd.reverse`):
+    thread (i, k) sums its reverse pair term over query i's references with `csrSum` or
+    `gridSum` (`makeNeighborSum` of a vector pair term that scatters the reference side and
+    returns the x_i adjoint) and adds that sum to the query positions' adjoint; nothing for a
+    query the interaction mode masks (its row is 0). Named `name` in the Warp module
+    `module`, with the float32/float64 x d = 1, 2, 3 overloads declared."""
+
+    def kernel(queryState: Any, referenceState: Any, domainState: Any, useAdjacency: wp.bool,
+               adjacencyState: Any, gridState: Any, correctionData: Any, kernelProperties: Any,
+               cotangents: Any, fieldWidth: wp.int32):
+        tid = wp.tid()
+        i = tid / fieldWidth
+        k = tid - i * fieldWidth
+        ks = kernelProperties
+        if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
+            val = queryState.positions.dtype()
+            if useAdjacency:
+                val = csrSum(adjacencyState, i, k, fieldWidth, queryState, referenceState,
+                             domainState, correctionData, ks, cotangents)
+            else:
+                cell = gridQueryCell(gridState, queryState.positions[i])
+                val = gridSum(gridState, cell, i, k, fieldWidth, queryState, referenceState,
+                              domainState, correctionData, ks, cotangents)
+            if cotangents.hasQPositions:
+                wp.atomic_add(cotangents.qPositions, i, val)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    result = wp.kernel(kernel, enable_backward=False, module=module)
+    declareStateOverloads(result, cotangent=True)
     return result

@@ -69,7 +69,7 @@ from ._specialized import (
     gradientVJPSpecialized,
 )
 from ._tangents import coefficientTangentPresent, correctedGradientJVP_ij, pairTangent_ij
-from ._traversal import makeNeighborSum, pairVector
+from ._traversal import makeNeighborSum, makeRowReverseKernel, pairVector
 from .corrected import correctedGradient_ij
 
 __all__ = ["gradientPairTerm", "gradientKernel", "GRADIENT_SPEC", "gradientJVPPairTerm",
@@ -205,33 +205,10 @@ gradientVJPCsrSum, gradientVJPGridSum = makeNeighborSum(gradientVJPPairTerm, "gr
                                                         vector=True)
 
 
-@wp.kernel(enable_backward=False)
-def gradientVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
-                      useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
-                      correctionData: Any, kernelProperties: Any, cotangents: Any,
-                      fieldWidth: wp.int32):
-    """Thread (i, a): the reverse of `gradientKernel`'s row (i, a) for the cotangent
-    ``cotangents.seed[i F + a]``, one traversal; nothing for a masked query (its row is 0)."""
-    tid = wp.tid()
-    i = tid / fieldWidth
-    a = tid - i * fieldWidth
-    ks = kernelProperties
-    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = queryState.positions.dtype()
-        if useAdjacency:
-            val = gradientVJPCsrSum(adjacencyState, i, a, fieldWidth, queryState,
-                                    referenceState, domainState, correctionData, ks,
-                                    cotangents)
-        else:
-            cell = gridQueryCell(gridState, queryState.positions[i])
-            val = gradientVJPGridSum(gridState, cell, i, a, fieldWidth, queryState,
-                                     referenceState, domainState, correctionData, ks,
-                                     cotangents)
-        if cotangents.hasQPositions:
-            wp.atomic_add(cotangents.qPositions, i, val)
-
-
-declareStateOverloads(gradientVJPKernel, cotangent=True)
+#: thread (i, a): the reverse of `gradientKernel`'s row (i, a) for the cotangent
+#: ``cotangents.seed[i F + a]``, one traversal
+gradientVJPKernel = makeRowReverseKernel(gradientVJPCsrSum, gradientVJPGridSum,
+                                         "gradientVJPKernel", __name__)
 
 def _reverseEligible(config, args):
     """The reverse kernel covers every scheme, support mode, interaction mode, calibration,

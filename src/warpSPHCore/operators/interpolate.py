@@ -41,7 +41,7 @@ from ._coefficients import apparentVolume_j, apparentVolumeJVP_j, interpolatePai
 from ._reverse import buffersCovered, valueReverseLaunch
 from ._specialized import interpolateSpecialized, interpolateVJPSpecialized
 from ._tangents import correctedKernelJVP_ij, pairTangent_ij
-from ._traversal import makeNeighborSum, pairVector
+from ._traversal import makeNeighborSum, makeRowReverseKernel, pairVector
 from .corrected import correctedKernel_ij
 
 __all__ = ["interpolatePairTerm", "interpolateKernel", "interpolateJVPPairTerm",
@@ -173,33 +173,10 @@ interpolateVJPCsrSum, interpolateVJPGridSum = makeNeighborSum(
     interpolateVJPPairTerm, "interpolateVJP", vector=True)
 
 
-@wp.kernel(enable_backward=False)
-def interpolateVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
-                         useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
-                         correctionData: Any, kernelProperties: Any, cotangents: Any,
-                         fieldWidth: wp.int32):
-    """Thread (i, k): the reverse of `interpolateKernel`'s row (i, k) for the cotangent
-    ``cotangents.scalarSeed[i F + k]``, one traversal; nothing for a masked query."""
-    tid = wp.tid()
-    i = tid / fieldWidth
-    k = tid - i * fieldWidth
-    ks = kernelProperties
-    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = queryState.positions.dtype()
-        if useAdjacency:
-            val = interpolateVJPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
-                                       referenceState, domainState, correctionData, ks,
-                                       cotangents)
-        else:
-            cell = gridQueryCell(gridState, queryState.positions[i])
-            val = interpolateVJPGridSum(gridState, cell, i, k, fieldWidth, queryState,
-                                        referenceState, domainState, correctionData, ks,
-                                        cotangents)
-        if cotangents.hasQPositions:
-            wp.atomic_add(cotangents.qPositions, i, val)
-
-
-declareStateOverloads(interpolateVJPKernel, cotangent=True)
+#: thread (i, k): the reverse of `interpolateKernel`'s row (i, k) for the cotangent
+#: ``cotangents.scalarSeed[i F + k]``, one traversal
+interpolateVJPKernel = makeRowReverseKernel(interpolateVJPCsrSum, interpolateVJPGridSum,
+                                            "interpolateVJPKernel", __name__)
 
 def _reverseEligible(config, args):
     """Every kernel, support scheme, interaction mode, calibration, traversal and volumes;

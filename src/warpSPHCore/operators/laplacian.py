@@ -114,7 +114,7 @@ from ._coefficients import (
 from ._reverse import buffersCovered, uncorrected, valueReverseLaunch
 from ._specialized import laplacianSpecialized, laplacianVJPSpecialized
 from ._tangents import correctedGradientJVP_ij, pairTangent_ij
-from ._traversal import makeNeighborSum, pairVector
+from ._traversal import makeNeighborSum, makeRowReverseKernel, pairVector
 from .corrected import correctedGradient_ij
 
 __all__ = ["laplacianPairTerm", "laplacianKernel", "LAPLACIAN_SPEC", "laplacianJVPPairTerm",
@@ -400,34 +400,10 @@ laplacianVJPCsrSum, laplacianVJPGridSum = makeNeighborSum(laplacianVJPPairTerm, 
                                                           vector=True)
 
 
-@wp.kernel(enable_backward=False)
-def laplacianVJPKernel(queryState: Any, referenceState: Any, domainState: Any,
-                       useAdjacency: wp.bool, adjacencyState: Any, gridState: Any,
-                       correctionData: Any, kernelProperties: Any, cotangents: Any,
-                       fieldWidth: wp.int32):
-    """Thread (i, k): the reverse of `laplacianKernel`'s output (i, k) for the cotangent
-    ``cotangents.scalarSeed[i F + k]`` (Brookshaw, Default), one traversal; nothing for a
-    masked query (its row is 0)."""
-    tid = wp.tid()
-    i = tid / fieldWidth
-    k = tid - i * fieldWidth
-    ks = kernelProperties
-    if checkDirectionality_i(ks.operationMode, queryState.kinds[i]):
-        val = queryState.positions.dtype()
-        if useAdjacency:
-            val = laplacianVJPCsrSum(adjacencyState, i, k, fieldWidth, queryState,
-                                     referenceState, domainState, correctionData, ks,
-                                     cotangents)
-        else:
-            cell = gridQueryCell(gridState, queryState.positions[i])
-            val = laplacianVJPGridSum(gridState, cell, i, k, fieldWidth, queryState,
-                                      referenceState, domainState, correctionData, ks,
-                                      cotangents)
-        if cotangents.hasQPositions:
-            wp.atomic_add(cotangents.qPositions, i, val)
-
-
-declareStateOverloads(laplacianVJPKernel, cotangent=True)
+#: thread (i, k): the reverse of `laplacianKernel`'s output (i, k) for the cotangent
+#: ``cotangents.scalarSeed[i F + k]`` (Brookshaw, Default), one traversal
+laplacianVJPKernel = makeRowReverseKernel(laplacianVJPCsrSum, laplacianVJPGridSum,
+                                          "laplacianVJPKernel", __name__)
 
 def _reverseEligible(config, args):
     """The Brookshaw and Default schemes with every gradient scheme's q_ij, support scheme,
