@@ -67,8 +67,16 @@ def assertSameAsTape(monkeypatch, route, *args, **kw):
     """`runCall` by the reverse kernel named `route` and on the tape: the same output and
     every gradient to 1e-12 (relative to the largest entry); returns the kernel's
     gradients."""
-    routeK, outK, gK = runCall(monkeypatch, False, *args, **kw)
-    routeT, outT, gT = runCall(monkeypatch, True, *args, **kw)
+    return compareWithTape(route, runCall(monkeypatch, False, *args, **kw),
+                           runCall(monkeypatch, True, *args, **kw))
+
+
+def compareWithTape(route, kernel, tape):
+    """The (route, output, gradients) of a call by the reverse kernel named `route` and of
+    the same call on the tape: the same output and every gradient to 1e-12 (relative to the
+    largest entry); returns the kernel's gradients."""
+    routeK, outK, gK = kernel
+    routeT, outT, gT = tape
     assert routeK == route
     assert routeT is None
     # the reverse-kernel route runs the forward on the configuration's specialised kernel,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reverse_helpers import compareWithTape
 from sph_reference import (
     GRADCHECK,
     cloud,
@@ -67,20 +68,11 @@ def _run(monkeypatch, tape, q, r, dom, pr, traversal, seed=0, extra=None):
 def _assertSame(monkeypatch, *args, specialise=True, **kw):
     previous = setSpecialization(specialise)
     try:
-        routeK, outK, gK = _run(monkeypatch, False, *args, **kw)
-        routeT, outT, gT = _run(monkeypatch, True, *args, **kw)
+        kernel = _run(monkeypatch, False, *args, **kw)
+        tape = _run(monkeypatch, True, *args, **kw)
     finally:
         setSpecialization(previous)
-    assert routeK == ROUTE and routeT is None
-    torch.testing.assert_close(outK, outT, rtol=1e-12,
-                               atol=1e-12 * max(1.0, float(outT.abs().max())))
-    for k, (a, b) in enumerate(zip(gK, gT)):
-        assert (a is None) == (b is None), k
-        if a is None:
-            continue
-        scale = max(1.0, float(b.abs().max()))
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * scale, msg=f"leaf {k}")
-    return gK
+    return compareWithTape(ROUTE, kernel, tape)
 
 
 def _cloud2D(device, n=28, seed=3, **kw):
