@@ -26,6 +26,7 @@ No custom adjoints: these functions serve kernels compiled with ``enable_backwar
 """
 
 import functools
+from typing import Any
 
 import warp as wp
 
@@ -35,6 +36,14 @@ from .constants import C_D
 from .evaluation import _hessianDot, _ipow, sphKernelEps
 
 __all__ = ["pairKernels", "specialFunction", "SPECIALIZED_KERNELS"]
+
+
+@wp.func
+def _hessianDotFar(x: Any, u: Any, ir: Any, a: Any, k2: Any):
+    """H u away from r = 0, where the regularisers of `_hessianDot` are below rounding:
+    k2 (x x^T / r^2) u + (k1 / r) (u - (x x^T / r^2) u), with ``ir`` = 1/r and ``a`` = k1/r
+    (one reciprocal instead of three divisions)."""
+    return x * (wp.dot(x, u) * ir * ir * (k2 - a)) + u * a
 
 # no `from __future__ import annotations`: the generated functions' annotations name
 # closure variables (evaluated when the function is defined)
@@ -174,26 +183,41 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
                 g_j = g
         return g_i, g_j
 
+    # q above which the Hessian's and x_hat's regularisers (eps h, eps = `sphKernelEps`) lie
+    # below the scalar type's rounding: there 1/r replaces the regularised denominators
+    qFast = 1.0e-6 if S == wp.float64 else 1.0e-2
+
     @specialFunction(tag)
     def gradVJP(x: V, h: S, u: V):
         """(grad W, H u, u . d(grad W)/dh) from one shape evaluation
-        (`kernels.evaluation.sphKernelGradientVJP`)."""
+        (`kernels.evaluation.sphKernelGradientVJP`). Above ``qFast`` (where the regularisers
+        are below rounding) one reciprocal of r serves G, H u and the support term;
+        closer pairs take `_hessianDot`'s regularised form."""
         r = wp.length(x)
-        q = r / h
+        ih = S(1.0) / h
+        q = r * ih
         G = V()
         Hu = V()
         gh = S(0.0)
         if q <= S(1.0):
-            ih = S(1.0) / h
             s = shape(q)
             c = S(wp.float64(cd)) * _ipow(ih, wp.static(d))
             k1 = c * s[1] * ih
             k2 = c * s[2] * ih * ih
-            m = wp.max(r, sphKernelEps(h))
-            G = x * (k1 / m)
-            Hu = _hessianDot(x, u, r, q, h, k1, k2)
             g = -(c * ih * ih) * (q * s[2] + S(wp.static(d + 1)) * s[1])
-            gh = wp.dot(x, u) * (g / m)
+            xu = wp.dot(x, u)
+            eps = sphKernelEps(h)
+            if q > S(wp.static(qFast)) and r > eps:
+                ir = S(1.0) / r
+                a = k1 * ir
+                G = x * a
+                Hu = _hessianDotFar(x, u, ir, a, k2)
+                gh = xu * (g * ir)
+            else:
+                m = wp.max(r, eps)
+                G = x * (k1 / m)
+                Hu = _hessianDot(x, u, r, q, h, k1, k2)
+                gh = xu * (g / m)
         return G, Hu, gh
 
     @specialFunction(tag)
@@ -209,8 +233,14 @@ def pairKernels(kernel: int, supportMode: int, d: int, scalar):
             s = shape(q)
             k1 = (S(wp.float64(cd)) * _ipow(ih, wp.static(d + 1))) * s[1]
             k2 = (S(wp.float64(cd)) * _ipow(ih, wp.static(d + 2))) * s[2]
-            G = x * (k1 / wp.max(r, sphKernelEps(h)))
-            Hu = _hessianDot(x, u, r, q, h, k1, k2)
+            eps = sphKernelEps(h)
+            G = x * (k1 / wp.max(r, eps))
+            if q > S(wp.static(qFast)) and r > eps:
+                # (k1 / r as a product: a kernel that uses H u alone divides once)
+                ir = S(1.0) / r
+                Hu = _hessianDotFar(x, u, ir, k1 * ir, k2)
+            else:
+                Hu = _hessianDot(x, u, r, q, h, k1, k2)
         return G, Hu
 
     @specialFunction(tag)

@@ -336,13 +336,20 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         h_i = q.supports[i]
         ext, inv = box(dom)
         acc = zero()
+        # the sum is updated on one path only (`continue` past the pairs it skips): a sum
+        # chosen after a branch is a select of the whole accumulator, which a compiler keeps
+        # in memory when it is wide
         for e in range(rng[0], rng[0] + rng[1]):
             jl = adj.neighborList[e]
-            if jl >= wp.int64(0) and jl < nR:
-                acc += term(i, wp.int32(jl), k, F, x_i, h_i, ext, inv, q, r, corr, ks, extra)
-            else:
+            if jl < wp.int64(0) or jl >= nR:
                 flagError(adj.errors, adj.site, KIND_NEIGHBOR_INDEX_W, wp.int64(e), jl, i, nR,
                           wp.int64(0))
+                continue
+            j = wp.int32(jl)
+            admitted, x_ij = reference(j, x_i, ext, inv, r)
+            if not admitted:
+                continue
+            acc += pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)
         return acc
 
     @specialFunction(tag, inline=None)
@@ -1622,10 +1629,14 @@ def _momentumVJPKernel(cfg: Configuration):
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, p: X):
         acc = ACC()
-        r_ij = wp.length(x_ij)
+        r2 = wp.dot(x_ij, x_ij)
         h_j = r.supports[j]
-        # the primal's guard; beyond the larger support every adjoint of the pair is 0
-        if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
+        reach = wp.max(h_i, h_j) * S(_BEYOND_SUPPORT)
+        # the primal's guard, on r^2 (so that the square root is off the branch's path):
+        # beyond the larger support every adjoint of the pair is 0 (G and its derivatives
+        # vanish there), so the two guards differ only where the pair adds 0
+        if r2 > S(0.0) and r2 <= reach * reach:
+            r_ij = wp.sqrt(r2)
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
             bj = q.masses.shape[0] * F + j * F
             fi = fieldRow(p.values, i * F)
@@ -1692,7 +1703,7 @@ def _momentumVJPKernel(cfg: Configuration):
             gut_i = (S(0.5) * w * rho_i * gFu_i) * Gv
             gut_j = (S(0.5) * w * rho_j * gFu_j) * Gv
             gD = S(-2.0) * w * muij * xG * gFdu * iD2 * iD
-            gx = Hu + (w * muij * gFdu * iD2) * Gv + (gD / r_ij) * x_ij
+            gx = Hu + (w * muij * gFdu * iD2) * Gv + (gD * (S(1.0) / r_ij)) * x_ij
             gDh_i, gDh_j = pk.supportAdjoint(gD * S(LAPLACIAN_REG_N), h_i, h_j)
             if p.hasRPositions:
                 wp.atomic_add(p.rPositions, j, -gx)
