@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_distributed_simulation.py
 	$(PY) benchmarks/bench_precision.py
 	$(PY) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_order.py
 
 # Whole-repository host-sync census of one simulated step: every device->host readback
 # (.item(), .tolist(), synchronize, data-dependent shapes, ...) counted per call site.

@@ -15,7 +15,9 @@ Gradient forward + backward) divided by the list's edge count (the same pairs ei
 ``bytesPerParticle`` is the peak resident memory of the passes minus the resident memory
 before them (particles, fields and the imported libraries), per particle (Linux: the peak
 mark is reset before the passes). Particles are
-in the lattice's row-major order, or (``--order cell``) sorted by cell first.
+in the lattice's row-major order (``--order lattice``), or (`ORDERS`) in `cellOrder`'s
+order, shuffled at random, or shuffled and then sorted by `cellOrder`: `bench_order.py`
+compares them.
 
 Writes `benchmarks/results/scale.json` (per size and traversal: ``nsPerEdge``,
 ``bytesPerParticle``, seconds, edges) and prints the growth from 16k to 1M (target: ns per
@@ -36,6 +38,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: particle orders of the lattice (module docstring)
+ORDERS = {"lattice": "the lattice's row-major order",
+          "cell": "sorted by cellOrder (Morton order of cells of side H)",
+          "random": "shuffled (a seeded random permutation)",
+          "sorted": "shuffled, then sorted by cellOrder"}
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -110,6 +118,7 @@ def _case(side: int, traversal: str, order: str, count: bool = False):
         getNextPrime,
         radiusSearchCompactHashMap,
     )
+    from warpSPHCore.neighborhood.ordering import cellOrder
     from warpSPHCore.operations import warpOperation
 
     torch.set_num_threads(1)
@@ -120,10 +129,10 @@ def _case(side: int, traversal: str, order: str, count: bool = False):
     gen = torch.Generator().manual_seed(0)
     x = -1.0 + (x + 0.5 + 0.02 * (torch.rand(x.shape, generator=gen, dtype=torch.float64)
                                    - 0.5)) * dx
-    if order == "cell":  # rows of cells of width H, each row in cell order
-        cell = torch.floor((x + 1.0) / (4 * dx)).long()
-        key = cell[:, 0] * (side + 1) + cell[:, 1]
-        x = x[torch.argsort(key, stable=True)]
+    if order in ("random", "sorted"):  # an order unrelated to space (a seeded shuffle)
+        x = x[torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(1))]
+    if order in ("cell", "sorted"):  # the library's spatial sort, cells of side H
+        x = x[cellOrder(x, 4 * dx)]
     x = x.to(dt)
     n = x.shape[0]
     h = torch.full((n,), 4 * dx, dtype=dt)
@@ -164,7 +173,7 @@ def main(argv=None) -> int:
                     help="lattice sides (default: 16k, 65k, 262k and 1M particles)")
     ap.add_argument("--traversals", nargs="+", default=["csr", "grid"], choices=["csr", "grid"])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--order", choices=["lattice", "cell"], default="lattice")
+    ap.add_argument("--order", choices=list(ORDERS), default="lattice")
     ap.add_argument("--one", nargs=2, metavar=("SIDE", "TRAVERSAL"), default=None,
                     help=argparse.SUPPRESS)
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/scale.json"))

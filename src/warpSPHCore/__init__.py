@@ -69,12 +69,15 @@ from .kernels import (
 from .neighborhood import (
     buildCompactHashMap,
     buildVerletList,
+    cellOrder,
     deferVerletChecks,
     filterVerletList,
     getNextPrime,
+    inverseOrder,
     radiusNaive,
     radiusNaiveFixed,
     radiusSearchCompactHashMap,
+    reorder,
 )
 from .operations import sphOperation_warp, warpOperation, warpOperationHVP, warpOperationJVP
 from .sampling import generateNeighborTestData, sampleDensestLattice
@@ -133,6 +136,10 @@ __all__ = [
     "radiusNaive",
     "radiusNaiveFixed",
     "getNextPrime",
+    # particle order
+    "cellOrder",
+    "reorder",
+    "inverseOrder",
     # kernel metadata, lattice calibration, density correction
     "sphKernelScale",
     "sphKernelC_d",

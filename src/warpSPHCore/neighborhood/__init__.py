@@ -8,6 +8,7 @@ Public entry points (exactly one device->host readback per search, zero per grid
 * `buildVerletList`, `deferVerletChecks`, `filterVerletList`
 * `radiusNaive`, `radiusNaiveFixed` (brute force, tests/reference only)
 * `getNextPrime`
+* `cellOrder`, `reorder`, `inverseOrder` (the spatial sort: `neighborhood.ordering`)
 
 Warp-level helpers for operator kernels live in `warpSPHCore.neighborhood.traversal`
 (`getIndexRange`, `gridQueryCell`, `checkOffset`, `checkOffsetPosition`, the structs
@@ -20,6 +21,7 @@ from .bruteForce import radiusNaive, radiusNaiveFixed
 from .flags import checkGridValidity
 from .grid import buildCompactHashMap
 from .hashLength import getNextPrime
+from .ordering import cellOrder, inverseOrder, reorder
 from .search import radiusSearchCompactHashMap, radiusSearchCompactHashMap_
 from .traversal import (
     adjacencyData,
@@ -47,6 +49,9 @@ __all__ = [
     "radiusNaive",
     "radiusNaiveFixed",
     "getNextPrime",
+    "cellOrder",
+    "reorder",
+    "inverseOrder",
     "checkGridValidity",
     "adjacencyData",
     "gridData_f32",
