@@ -57,7 +57,8 @@ class SimulationHealthWarning(UserWarning):
 
 @dataclass(frozen=True)
 class HealthEvent:
-    """One failed check: its name, the time, the first particle, how many particles, the
+    """One failed check: its name, the time, the first particle (its original index when
+    the simulation sorted its particles), how many particles, the
     message, and for a wall crossing or a particle leaving the domain the largest distance
     beyond the face (NaN for the other checks)."""
 
@@ -91,10 +92,11 @@ def _time(state) -> float:
     return float(t.detach()) if isinstance(t, torch.Tensor) else float(t)
 
 
-def firstNonFinite(name: str, t: torch.Tensor, kinds=None) -> str | None:
+def firstNonFinite(name: str, t: torch.Tensor, kinds=None, ids=None) -> str | None:
     """A message naming the first non-finite row of the per-particle tensor `t` (its
     index, kind and values, and how many rows are affected), or None when all are finite.
-    Reads back (a diagnosis, not a per-step check)."""
+    With `ids` (``[N]``, the original index of each row of a sorted set) the particle is
+    named by its original index. Reads back (a diagnosis, not a per-step check)."""
     bad = ~torch.isfinite(t.detach())
     if bad.dim() > 1:
         bad = bad.flatten(1).any(1)
@@ -102,8 +104,13 @@ def firstNonFinite(name: str, t: torch.Tensor, kinds=None) -> str | None:
     if rows.numel() == 0:
         return None
     i = int(rows[0])
-    return (f"{name} are not finite: particle {i}{_kindName(kinds, i)} has {name} "
-            f"{_values(t, i)}; {rows.numel()} of {t.shape[0]} particles affected")
+    return (f"{name} are not finite: particle {_particleName(ids, i)}{_kindName(kinds, i)} "
+            f"has {name} {_values(t, i)}; {rows.numel()} of {t.shape[0]} particles affected")
+
+
+def _particleName(ids, i: int) -> str:
+    """Row i's particle: its index, or with `ids` its original index (and the row)."""
+    return str(i) if ids is None else f"{int(ids[i])} (row {i} of the sorted set)"
 
 
 class HealthMonitor:
@@ -167,6 +174,19 @@ class HealthMonitor:
         self.events: list[HealthEvent] = []
         self._warned: set = set()
         self._calls = 0
+        #: ``[N]`` original index of each row when the simulation sorted its particles
+        #: (`reorder`): messages and events name particles by it; None: the row is the index
+        self.ids = None
+
+    def reorder(self, step: torch.Tensor, ids: torch.Tensor) -> None:
+        """Follow a sort of the particles (`Simulation.sort`): the per-particle kinds and
+        fluid rows taken in the rows' new order `step`, and `ids` (the original index of
+        each new row) naming the particles in messages and events."""
+        if self.kinds is not None:
+            self.kinds = self.kinds[step.to(self.kinds.device)]
+        if self.fluid is not None:
+            self.fluid = self.fluid[step.to(self.fluid.device)]
+        self.ids = ids
 
     # -- the device side ----------------------------------------------------------------
     def due(self) -> bool:
@@ -232,7 +252,8 @@ class HealthMonitor:
             if not values[k]:
                 continue
             field = getattr(state, name)
-            message = firstNonFinite(name, field, kinds) or f"{name} are not finite"
+            message = firstNonFinite(name, field, kinds, self.ids) or \
+                f"{name} are not finite"
             self._act("nonFinite", t, -1, 0, f"at t = {t:.6g}: {message}")
         x = state.positions.detach()
         if values[3]:
@@ -289,8 +310,10 @@ class HealthMonitor:
         xs = state.positions.detach()[rows].cpu().double()
         beyond = torch.where(axes, torch.maximum(lo - xs, xs - hi), torch.zeros_like(xs))
         distance = float(beyond.clamp(min=0.0).amax())
-        self._act(check, t, i, count,
-                  f"at t = {t:.6g}: particle {i}{_kindName(self.kinds, i)} at "
+        particle = i if self.ids is None else int(self.ids[i])
+        self._act(check, t, particle, count,
+                  f"at t = {t:.6g}: particle {_particleName(self.ids, i)}"
+                  f"{_kindName(self.kinds, i)} at "
                   f"{_values(state.positions, i)} is {what}{where}; {count} "
                   f"particle{'s' if count != 1 else ''} affected", distance)
 

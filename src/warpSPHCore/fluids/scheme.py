@@ -95,6 +95,7 @@ from ..enumTypes import (
     SupportScheme,
     interactionKinds,
 )
+from ..neighborhood.ordering import reorder
 from .eos import linearDensity, linearPressure, taitDensity, taitPressure
 from .forces import bodyAdjacency, checkBody
 from .health import HealthMonitor
@@ -1087,10 +1088,15 @@ class Scheme:
         options = dataclasses.replace(options, supportMode=self.supportMode)
         if monitor is None and options.checkEvery:
             monitor = self.monitor(particles, dt, every=options.checkEvery)
+
+        def ratesInOrder(order):  # `LoopOptions.sortEvery`: the rates of the sorted set
+            return self.rates(reorder(particles, order))
+
         return Simulation(state, self.rates(particles), particles.domain, particles.supports,
                           dt, stepper=self.stepper if stepper is None else stepper,
                           options=options, monitor=monitor, scenes=particles.scenes,
-                          openBoundary=particles.openBoundary, kinds=particles.kinds, **kwargs)
+                          openBoundary=particles.openBoundary, kinds=particles.kinds,
+                          reorder=ratesInOrder, **kwargs)
 
 
 def hydrostaticStart(scheme: Scheme, positions: torch.Tensor, kinds: torch.Tensor,
