@@ -163,3 +163,13 @@ def test_errors():
         plain.sort()
     assert plain.inOriginalOrder(state) is state
     assert torch.equal(inverseOrder(plain.order), plain.order)
+
+
+def test_distributed_simulation_rejects_sorting():
+    from warpSPHCore.distributed import DistributedSimulation
+
+    case = setup(TaylorGreenConfig(n=10, t=0.05, relax=0))
+    with pytest.raises(ValueError, match="accepted across ranks: sortEvery=0"):
+        DistributedSimulation(taylorGreenScheme(case), taylorGreenParticles(case),
+                              FluidState(case.positions, case.velocities), case.dt,
+                              options=LoopOptions(progress=False, sortEvery=4))

@@ -248,6 +248,11 @@ class DistributedSimulation:
                              f"{options.verletCheckEvery}, capture={options.capture}); "
                              "accepted across ranks: verletCheckEvery=1, capture=False (the "
                              "ranks decide together once per step, in one all-reduce)")
+        if options is not None and options.sortEvery:
+            raise ValueError(f"{where}: LoopOptions(sortEvery={options.sortEvery}); accepted "
+                             "across ranks: sortEvery=0 (each rank's particles are regrouped "
+                             "by their migration, and the ranks' frames keep the global "
+                             "numbering)")
         self.group, self.rank, self.size = processGroup(where, group)
         if not isinstance(scheme, Scheme):
             raise TypeError(f"{where}: scheme is a {type(scheme).__name__}; accepted: a "
