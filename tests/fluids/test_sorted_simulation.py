@@ -199,3 +199,23 @@ def test_a_walled_case_sorted_equals_unsorted():
         _close(getattr(sortedBack, name), getattr(runs[0].state, name), name)
     # the monitor's kinds follow: its fluid rows are the fluid particles of the sorted set
     assert torch.equal(runs[10].monitor.kinds, particles.kinds[runs[10].order])
+
+
+def test_a_failed_sort_leaves_the_simulation_as_it_was(shuffled):
+    """When the rate function of the sorted set cannot be built, the state, the order and the
+    neighbour policy stay as they were."""
+    case, particles, state = shuffled
+    scheme = taylorGreenScheme(case)
+    sim = scheme.simulation(particles, state, case.dt, maxSpeed=1.0,
+                            options=LoopOptions(progress=False))
+    sim.run(2)
+    before = (sim.state.positions.clone(), sim.order.clone(), sim.neighbours.supports.clone())
+
+    def broken(order):
+        raise RuntimeError("no rates for this order")
+
+    sim.reorderFn = broken
+    with pytest.raises(RuntimeError, match="no rates for this order"):
+        sim.sort()
+    assert torch.equal(sim.state.positions, before[0]) and torch.equal(sim.order, before[1])
+    assert torch.equal(sim.neighbours.supports, before[2]) and sim.sorts == 0

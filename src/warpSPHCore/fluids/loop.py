@@ -385,6 +385,7 @@ class Simulation:
         self.sorts = 0
         self._sortedAt: int | None = None
         self._permuted = False
+        self._cellSize: float | None = None  # cellOrder's cells: the largest support
         if options.wrap:
             self.state = replace(state, positions=wrapPeriodic(state.positions, domain))
         if openBoundary is not None:
@@ -456,9 +457,14 @@ class Simulation:
             raise ValueError("Simulation.sort: this simulation has no reorder function (the "
                              "rate function of the particles in a new order); build it "
                              "with Simulation(..., reorder=...) or Scheme.simulation")
+        if self.neighbours.openBoundary is not None:
+            raise ValueError("Simulation.sort: this simulation has an open boundary, whose "
+                             "inlet and outlet pools keep an order of their own")
         supports, scenes, _ = self._originals
+        if self._cellSize is None:  # the largest support, read once
+            self._cellSize = float(supports.max())
         scenes = None if scenes is None else scenes[self.order]
-        step = cellOrder(self.state.positions.detach(), float(supports.max()), scenes)
+        step = cellOrder(self.state.positions.detach(), self._cellSize, scenes)
         self._applyOrder(self.order[step], step)
         self.neighbours.rebuild(self.state)
         self.sorts += 1
@@ -473,12 +479,13 @@ class Simulation:
         is taken from the originals."""
         if step is None:
             step = inverseOrder(self.order)[order]
+        # the rate function first: if building it fails, nothing has changed yet
+        self.rateFn = self.reorderFn(order)
         self.state = reorder(self.state, step)
         if self.rates is not None:
             self.rates = reorder(self.rates, step)
         self.order = order
         self._permuted = True
-        self.rateFn = self.reorderFn(order)
         supports, scenes, kinds = self._originals
         nb = self.neighbours
         nb.supports = supports[order]
