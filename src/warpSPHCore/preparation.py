@@ -226,6 +226,9 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
         reshaping the kernel's flat (first) output to the public shape.
     """
     props = operationProperties
+    mirrored = ((referenceParticles is None or referenceParticles is queryParticles)
+                and (referenceValues is None or referenceValues is queryValues)
+                and (referenceVolumes is None or referenceVolumes is queryVolumes))
     if referenceParticles is None:
         referenceParticles = queryParticles
     if referenceValues is None:
@@ -296,6 +299,7 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
         reference=None if referenceParticles is queryParticles else referenceParticles,
         corrections=Corrections(volumes=(queryVolumes, referenceVolumes), crk=crkState,
                                 gradH=gradH, renorm=renorm, **fields),
+        mirrored=mirrored,
     )
     # the call's keyword options; only those the operator declares reach it
     callKeywords = {"consistentDivergence": bool(consistentDivergence)}

@@ -217,6 +217,7 @@ def _cotangentFields(vec, mat, s):
         "hasQPositions": wp.bool, "hasQSupports": wp.bool, "hasQDensities": wp.bool,
         "hasRPositions": wp.bool, "hasRSupports": wp.bool, "hasRMasses": wp.bool,
         "hasRDensities": wp.bool, "hasRVolumes": wp.bool, "hasValues": wp.bool,
+        "pairsOnce": wp.bool,
     }
 
 
@@ -474,7 +475,7 @@ def _sceneNeighbourhood(query, reference, domain, adjacency):
 def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=None,
                      referenceVolumes=None, adjacency=None, referenceParticles=None,
                      crkState=None, gradHState=None, renormalizationState=None, site: int = 0,
-                     laplacianState=None):
+                     laplacianState=None, mirrored: bool = False):
     """Flatten one call's state into the flat slot list and return it with `build_fn`: the
     original 36 slots (indices unchanged) and two appended ones, the
     consistent Laplacian's ``B`` (36) and ``gamma`` (37) (docs/autograd.md).
@@ -493,6 +494,10 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
             and ``gamma [N_q, d]``) or None.
         site: the `util.errorFlags.siteId` of the launch, stored in the adjacency and grid
             structs beside the device's error buffer (names the operator in error reports).
+        mirrored: the reference side is the query side (the same particles, values and
+            volumes). With a symmetric list (`AdjacencyList.symmetric`) the configuration
+            then holds ``pairsOnce``: a reverse kernel may evaluate a pair of equal supports
+            once for both of its rows.
 
     Returns:
         ``(flat, build_fn)``: `flat` has exactly `STATE_SIZE` entries (tensors or null
@@ -629,6 +634,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         "divergenceMode": _bool(props.divergenceDotMode),
         "calibrateNormalization": calibrate,
         "normalizationCoefficient": coefficient,
+        "pairsOnce": bool(mirrored and useAdjacency and adjacency.symmetric),
     }
     particleT = structFor("particle", d, s)
     correctionT = structFor("correction", d, s)

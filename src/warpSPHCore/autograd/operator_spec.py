@@ -162,6 +162,9 @@ class SPHContext:
     reference: Any = None
     corrections: Corrections = field(default_factory=Corrections)
     mode: ExecutionMode = ExecutionMode.AUTO
+    #: the reference side is the query side: the same particles, values and volumes (a
+    #: reverse kernel may then take a symmetric list's pairs once for both rows)
+    mirrored: bool = False
 
     @property
     def numQueries(self) -> int:
@@ -307,4 +310,5 @@ def launchOperator(spec: OperatorSpec, ctx: SPHContext, *, dualRoute=None, **ext
                        c.volumes[1], ctx.adjacency, ctx.reference, c.crk, c.gradH, c.renorm,
                        additional, outputShape, outputDtype, numThreads=numThreads,
                        jvp_fn=jvp_fn, extraKinds=kinds, reverse=spec.reverse,
-                       specialize=spec.specialize, laplacian=c.laplacian)
+                       specialize=spec.specialize, laplacian=c.laplacian,
+                       mirrored=ctx.mirrored)

@@ -96,7 +96,7 @@ def _launch(kernel, stateTuple, additionalArguments=(), outputShape=None, output
 def launchState(kernel, query, properties, domain, queryVolumes, referenceVolumes, adjacency,
                 reference, crk, gradH, renorm, additionalArguments=(), outputShape=None,
                 outputDtype=None, numThreads=None, jvp_fn=None, extraKinds=None, lanes=None,
-                reverse=None, specialize=None, laplacian=None):
+                reverse=None, specialize=None, laplacian=None, mirrored=False):
     """Run one operator launch through the bridge (`launchOperator` passes its `SPHContext`
     fields here: the call's state goes straight to the flat slots and the structs).
 
@@ -114,12 +114,14 @@ def launchState(kernel, query, properties, domain, queryVolumes, referenceVolume
         specialize: optional factory of specialised forward-only kernels
             (`autograd.specialize`).
         laplacian: the consistent Laplacian's state or None.
+        mirrored: the reference side is the query side (`arg_extract.extractStateInfo`).
     """
     flat, build_state = extractStateInfo(query, properties, domain, queryVolumes=queryVolumes,
                                          referenceVolumes=referenceVolumes, adjacency=adjacency,
                                          referenceParticles=reference, crkState=crk,
                                          gradHState=gradH, renormalizationState=renorm,
-                                         site=siteId(kernel), laplacianState=laplacian)
+                                         site=siteId(kernel), laplacianState=laplacian,
+                                         mirrored=mirrored)
     return _launchFlat(kernel, flat, build_state, warpScalar(query.positions.dtype),
                        additionalArguments, outputShape, outputDtype, numThreads=numThreads,
                        jvp_fn=jvp_fn, extraKinds=extraKinds, lanes=lanes, reverse=reverse,

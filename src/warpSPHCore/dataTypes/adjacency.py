@@ -137,6 +137,13 @@ class AdjacencyList:
     * ``sceneIndex``: int32 ``[N_q]`` scene index of the queries when the list was built by a
       scene-aware search (particles carrying ``scenes``), else None. Operators on particles
       with scenes accept only such a list (a list built without scenes pairs across them).
+    * ``symmetric``: True for a list the library's search built of one particle set against
+      itself: a pair of equal supports is then in row i exactly when it is in row j (the
+      search's acceptance test is symmetric). The reverse kernels of the Density and the
+      Momentum then evaluate each such pair once, for both rows (docs/design.md). Only the
+      library's own builders set it: a list constructed from user tensors (also one copied
+      with ``dataclasses.replace``) is taken as unsymmetric, and a list changed in place
+      after the search no longer keeps the promise.
 
     Within a row, pairs come in stencil-offset order, then in sorted order inside each cell
     (ascending original index). The list is non-differentiable.
@@ -167,6 +174,7 @@ class AdjacencyList:
     supportMode: SupportScheme = SupportScheme.Gather
     verletScale: float = 1.0
     sceneIndex: torch.Tensor | None = None
+    symmetric: bool = False
 
     def __post_init__(self):
         nq = _checkCount("numRows", self.numRows)
@@ -222,6 +230,7 @@ class AdjacencyList:
             raise TypeError(f"{_OWNER}: verletScale must be a Python float, found "
                             f"{_describe(self.verletScale)}")
         self.verletScale = float(self.verletScale)
+        self.symmetric = bool(self.symmetric)
         if not (self.verletScale >= 1.0 and self.verletScale < float("inf")):
             raise ValueError(f"{_OWNER}: verletScale={self.verletScale!r}; accepted: a finite "
                              "float >= 1.0")
@@ -229,6 +238,8 @@ class AdjacencyList:
             _checkIndex("sceneIndex", self.sceneIndex, torch.int32, nq,
                         f"[numRows] = [{nq}] query scene indices")
         if not getattr(_TRUSTED, "on", False):
+            # a user's list is never taken as symmetric (nothing checks it)
+            self.symmetric = False
             _validateValues(self)
             if ef.eagerErrorChecks():
                 ef.checkErrors(self.i.device)
@@ -256,4 +267,5 @@ class AdjacencyList:
 
 #: The fields an operator call reads (validation and state extraction); a call plan's key
 #: (`autograd.callPlan`) covers these, not the build-time inputs and hash map kept beside.
-AdjacencyList.OPERATOR_FIELDS = ("j", "numNeighbors", "edgeOffsets", "numRows", "numCols")
+AdjacencyList.OPERATOR_FIELDS = ("j", "numNeighbors", "edgeOffsets", "numRows", "numCols",
+                                 "symmetric")

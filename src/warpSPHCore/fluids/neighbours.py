@@ -310,7 +310,7 @@ def adjacencyStateDict(a: AdjacencyList | None) -> dict | None:
             "referenceSupports": None if a.referenceSupports is a.querySupports
             else a.referenceSupports,
             "supportMode": int(a.supportMode), "verletScale": float(a.verletScale),
-            "sceneIndex": a.sceneIndex}
+            "sceneIndex": a.sceneIndex, "symmetric": bool(a.symmetric)}
 
 
 def adjacencyFromStateDict(d: dict | None, device) -> AdjacencyList | None:
@@ -325,13 +325,16 @@ def adjacencyFromStateDict(d: dict | None, device) -> AdjacencyList | None:
     qPos, qSup = on(d["queryPositions"]), on(d["querySupports"])
     rPos = qPos if d["referencePositions"] is None else on(d["referencePositions"])
     rSup = qSup if d["referenceSupports"] is None else on(d["referenceSupports"])
-    return AdjacencyList(
+    adjacency = AdjacencyList(
         i=on(d["i"]), j=on(d["j"]), numNeighbors=on(d["numNeighbors"]),
         edgeOffsets=on(d["edgeOffsets"]), numRows=int(d["numRows"]),
         numCols=int(d["numCols"]), queryPositions=qPos, referencePositions=rPos,
         querySupports=qSup, referenceSupports=rSup,
         supportMode=SupportScheme(int(d["supportMode"])),
         verletScale=float(d["verletScale"]), sceneIndex=on(d.get("sceneIndex")))
+    # the restart file's own record of how the search built the list (the library wrote it)
+    adjacency.symmetric = bool(d.get("symmetric", False))
+    return adjacency
 
 
 def neighbourList(neighbours, state):

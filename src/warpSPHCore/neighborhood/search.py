@@ -154,6 +154,7 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             hashMap=grid,
             supportMode=SupportScheme(mode),
             verletScale=1.0,
+            symmetric=inp.aliased,
         )
     if returnCompactHashMap:
         return adjacency, grid
@@ -219,7 +220,7 @@ def _search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool,
             querySupports=inp.qSup if storeInputs else None,
             referenceSupports=inp.rSup if storeInputs else None,
             hashMap=None, supportMode=SupportScheme(mode), verletScale=1.0,
-            sceneIndex=inp.qScenes)
+            sceneIndex=inp.qScenes, symmetric=inp.aliased)
 
 
 def searchEachScene(where: str, inp: SearchInputs, mode: int):

@@ -321,4 +321,5 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
             i=i, j=j, numNeighbors=counts, edgeOffsets=edgeOffsets, numRows=nq, numCols=nr,
             queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
             referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
-            verletScale=1.0, sceneIndex=adjacency.sceneIndex)
+            verletScale=1.0, sceneIndex=adjacency.sceneIndex,
+            symmetric=adjacency.symmetric and inp.aliased)

@@ -732,25 +732,87 @@ def densitySpecialized(config: dict):
     return None if cfg is None else _densityKernel(cfg)
 
 
+def _pairOnceOf(cfg: Configuration):
+    """``once(i, j, h_i, h_j, q, r, pairsOnce) -> bool``: whether a reverse kernel takes the
+    pair (i, j) once for both of its rows. That holds on a mirrored call with a symmetric list
+    and no support adjoint asked (``pairsOnce``, `AdjacencyList.symmetric`) for two particles
+    (i != j: a self pair is its row's alone) of equal supports whose other row also holds the
+    pair: j a query and i a reference the interaction mode admits. Row j then lists i (the
+    list is symmetric for equal supports), the pair's terms of the two rows are the same
+    function of the pair's inputs (the Density's) or its negative (the Momentum's,
+    antisymmetric in x_ij), and the thread of the smaller index evaluates it with both rows'
+    cotangents while the other skips it (docs/design.md). The supports are the exception:
+    row j's term is row i's with h_i and h_j exchanged, so their adjoints are not those of
+    the summed cotangent, and a call that asks for them takes every pair per row."""
+    mode = cfg.operationMode
+    allQueries = mode in _ALL_QUERIES
+    allReferences = mode in _ALL_REFERENCES
+    P = _structs(cfg)[0]
+    S = cfg.scalar
+
+    @specialFunction(cfg.tag)
+    def once(i: wp.int32, j: wp.int32, h_i: S, h_j: S, q: P, r: P, pairsOnce: wp.bool):
+        ok = pairsOnce and i != j and h_i == h_j
+        if wp.static(not allQueries):
+            ok = ok and checkDirectionality_i(wp.static(mode), q.kinds[j])
+        if wp.static(not allReferences):
+            ok = ok and checkDirectionality_j(wp.static(mode), r.kinds[i])
+        return ok
+
+    return once
+
+
 @functools.cache
 def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
     """The Density's hand-written reverse kernel (`density.densityVJPKernel`) for one
     configuration: the same per-pair adjoint with the specialised (W, G, dW/dh_i, dW/dh_j)
-    of `kernels.specialized` (`valueVJP_ij`)."""
+    of `kernels.specialized` (`valueVJP_ij`). On a mirrored call with a symmetric list a pair
+    of equal supports is evaluated once for both rows (`_pairOnceOf`): m_j W_ij of row i
+    and m_i W_ji of row j are one W, so x_i gets (u_i m_j + u_j m_i) G_ij and x_j its
+    negative, each particle's adjoints summed on one side (the two sides are one tensor)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     X = structFor("cotangent", D, S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
+    once = _pairOnceOf(cfg)
+
+    @specialFunction("densityVJPOnce_" + cfg.tag)
+    def bothRows(i: wp.int32, j: wp.int32, r: P, p: X, u: S, ks: KS, Wv: S, Gv: V, wh_i: S,
+                 wh_j: S):
+        u_j = p.scalarSeed[j]
+        if wp.static(cfg.calibrate):
+            u_j = u_j * ks.normalizationCoefficient
+        um = u * r.masses[j]
+        vm = u_j * r.masses[i]
+        res = (um + vm) * Gv
+        if p.hasRPositions:
+            wp.atomic_sub(p.rPositions, j, res)
+        if p.hasQSupports:
+            wp.atomic_add(p.qSupports, i, um * wh_i + vm * wh_j)
+        if p.hasRSupports:
+            wp.atomic_add(p.rSupports, j, um * wh_j + vm * wh_i)
+        if p.hasRMasses:
+            wp.atomic_add(p.rMasses, j, u * Wv)
+            wp.atomic_add(p.rMasses, i, u_j * Wv)
+        return res
 
     @specialFunction("densityVJP_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
              corr: C, ks: KS, p: X):
-        u = p.scalarSeed[i]
-        if wp.static(cfg.calibrate):
-            u = u * ks.normalizationCoefficient
-        Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, r.supports[j])
-        return densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
+        res = V()
+        h_j = r.supports[j]
+        both = once(i, j, h_i, h_j, q, r, p.pairsOnce)
+        if not (both and j < i):  # the pair is row j's thread's to take
+            u = p.scalarSeed[i]
+            if wp.static(cfg.calibrate):
+                u = u * ks.normalizationCoefficient
+            Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, h_j)
+            if both:
+                res = bothRows(i, j, r, p, u, ks, Wv, Gv, wh_i, wh_j)
+            else:
+                res = densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
+        return res
 
     rowSum = _neighborSum(pair, cfg, True, X)
     admitted = _queryAdmitted(cfg)
@@ -1616,6 +1678,7 @@ def _momentumVJPKernel(cfg: Configuration):
     tag = cfg.tag
 
     fieldRow = _rowView(S, 4 + 2 * D)  # a particle's field as one row, as `_momentumKernel`
+    once = _pairOnceOf(cfg)
 
     @specialFunction("momentumVJPVector_" + tag)
     def fieldVector(row: wp.array(dtype=S), base: wp.int32):
@@ -1632,10 +1695,13 @@ def _momentumVJPKernel(cfg: Configuration):
         r2 = wp.dot(x_ij, x_ij)
         h_j = r.supports[j]
         reach = wp.max(h_i, h_j) * S(_BEYOND_SUPPORT)
+        # both rows' pair at once (`_pairOnceOf`): row j's term is minus row i's, so the
+        # pair's adjoint is that of row i for the cotangent g_i - g_j; row j's thread skips it
+        both = once(i, j, h_i, h_j, q, r, p.pairsOnce)
         # the primal's guard, on r^2 (so that the square root is off the branch's path):
         # beyond the larger support every adjoint of the pair is 0 (G and its derivatives
         # vanish there), so the two guards differ only where the pair adds 0
-        if r2 > S(0.0) and r2 <= reach * reach:
+        if r2 > S(0.0) and r2 <= reach * reach and not (both and j < i):
             r_ij = wp.sqrt(r2)
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
             bj = q.masses.shape[0] * F + j * F
@@ -1655,6 +1721,9 @@ def _momentumVJPKernel(cfg: Configuration):
             ut_j = fieldVector(fj, wp.static(4 + D))
             gF = p.seed[2 * i]
             gB = p.seed[2 * i + 1]
+            if both:
+                gF = gF - p.seed[2 * j]
+                gB = gB - p.seed[2 * j + 1]
             if wp.static(cfg.calibrate):
                 gF = gF * ks.normalizationCoefficient
                 gB = gB * ks.normalizationCoefficient

@@ -199,7 +199,8 @@ def _reverseLaunch(config, args, outputs):
                                   ("rPositions", "hasRPositions", rs.positions),
                                   ("rSupports", "hasRSupports", rs.supports),
                                   ("rMasses", "hasRMasses", rs.masses)),
-                         scalarSeed=outputs[0].grad)
+                         scalarSeed=outputs[0].grad,
+                         pairsOnce=bool(config.get("pairsOnce", False)))
     return int(qs.positions.shape[0]), [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks,
                                         pack]
 

@@ -345,6 +345,10 @@ def _reverseLaunch(config, args, outputs):
                                   ("gValues", "hasValues", values)),
                          values=values,
                          seed=vectorView(outputs[0].grad, qs.positions.dtype, 2 * rows))
+    # each pair once for both rows, except where the supports' adjoints are asked (row j's
+    # term exchanges h_i and h_j: `_specialized._pairOnceOf`)
+    pack.pairsOnce = bool(config.get("pairsOnce", False)) and not (pack.hasQSupports
+                                                                   or pack.hasRSupports)
     return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
 
 

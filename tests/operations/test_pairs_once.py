@@ -1,0 +1,225 @@
+"""Each pair once for both rows: the Density's and the Momentum's reverse kernels on a
+symmetric list (`AdjacencyList.symmetric`) of a call whose reference side is its query side.
+
+* Which lists are symmetric: the library's search of one set against itself (plain, with
+  scenes, a Verlet list and its filtered copy, a restart's list); never a search of two
+  sets, a list built from user tensors or a copy made with ``dataclasses.replace``.
+* The once route equals the per-row route (the same list marked unsymmetric) to rounding,
+  float64, for every gradient of the call: equal and unequal supports side by side, three
+  interaction modes over mixed kinds, three support schemes, masses and supports that
+  require grad (the Momentum then takes every pair per row), and float32.
+* The route is taken (the reverse pack's flag, read by a spy) and gradcheck passes through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from sph_reference import GRADCHECK, makeDomain, props, reverseRoute
+
+import warpSPHCore.operators.density as densityModule
+import warpSPHCore.operators.momentum as momentumModule
+from warpSPHCore import OperationDirection, ParticleState, SupportScheme, WarpOperation
+from warpSPHCore.dataTypes import AdjacencyList
+from warpSPHCore.fluids.neighbours import adjacencyFromStateDict, adjacencyStateDict
+from warpSPHCore.neighborhood import (
+    buildVerletList,
+    filterVerletList,
+    radiusSearchCompactHashMap,
+)
+from warpSPHCore.operations import warpOperation
+
+# the reverse kernels are specialised per configuration: specialisation on for every test
+pytestmark = pytest.mark.usefixtures("specialized")
+
+F64 = torch.float64
+MOM = WarpOperation.Momentum
+DEN = WarpOperation.Density
+
+
+def _particles(n, d, dtype, seed, kinds=None):
+    """Random particles in [-1, 1]^d; supports of two values, so that equal-support pairs
+    (taken once) and unequal ones (taken per row) sit in one list."""
+    g = torch.Generator().manual_seed(seed)
+    x = (2 * torch.rand(n, d, generator=g, dtype=F64) - 1).to(dtype)
+    h = torch.where(torch.rand(n, generator=g, dtype=F64) < 0.5, 0.45, 0.55).to(dtype)
+    m = (1 + 0.2 * torch.rand(n, generator=g, dtype=F64)).to(dtype)
+    rho = (1 + 0.2 * torch.rand(n, generator=g, dtype=F64)).to(dtype)
+    k = torch.zeros(n, dtype=torch.int32) if kinds is None else kinds
+    return ParticleState(x, h, m, k, rho)
+
+
+def _field(n, d, dtype, seed):
+    """The Momentum's field (p, rho, V, mu, u, u~), densities, volumes and viscosities > 0."""
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.rand(*shape, generator=g, dtype=F64)
+
+    cols = [r(n, 1) - 0.5, 0.8 + 0.4 * r(n, 1), 0.5 + r(n, 1), 0.1 + 0.2 * r(n, 1),
+            r(n, d) - 0.5, r(n, d) - 0.5]
+    return torch.cat(cols, dim=1).to(dtype)
+
+
+def _grads(p, dom, adjacency, pr, supportGrad, massGrad, seed=3):
+    """Every gradient of one Density + Momentum evaluation for a random output cotangent."""
+    d = p.positions.shape[1]
+    x = p.positions.clone().requires_grad_()
+    h = p.supports.clone().requires_grad_(supportGrad)
+    m = p.masses.clone().requires_grad_(massGrad)
+    f = _field(p.positions.shape[0], d, p.positions.dtype, seed).requires_grad_()
+    q = ParticleState(x, h, m, p.kinds, p.densities)
+    rho = warpOperation(q, dataclasses.replace(pr, operation=DEN), dom, adjacency=adjacency)
+    rows = warpOperation(q, dataclasses.replace(pr, operation=MOM), dom, queryValues=f,
+                         adjacency=adjacency)
+    assert reverseRoute(rows) == "momentumVJPKernel"
+    g = torch.Generator().manual_seed(seed + 1)
+    loss = ((rho * torch.randn(rho.shape, generator=g, dtype=F64).to(rho.dtype)).sum()
+            + (rows * torch.randn(rows.shape, generator=g, dtype=F64).to(rows.dtype)).sum())
+    leaves = [x, f] + ([h] if supportGrad else []) + ([m] if massGrad else [])
+    return torch.autograd.grad(loss, leaves)
+
+
+class _PackSpy:
+    """Records the reverse packs an operator module builds (their ``pairsOnce`` is read after
+    the backward pass, when the launch has used them)."""
+
+    def __init__(self, monkeypatch, module):
+        self.packs = []
+        original = module.cotangentPack
+
+        def spy(*args, **kw):
+            pack = original(*args, **kw)
+            self.packs.append(pack)
+            return pack
+
+        monkeypatch.setattr(module, "cotangentPack", spy)
+
+    def flags(self):
+        return [bool(p.pairsOnce) for p in self.packs]
+
+
+def test_library_self_searches_are_symmetric_the_rest_are_not():
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = _particles(40, 2, F64, 1)
+    other = _particles(30, 2, F64, 2)
+    adj = radiusSearchCompactHashMap(p, dom)
+    assert adj.symmetric
+    assert not radiusSearchCompactHashMap(p, dom, referenceParticles=other).symmetric
+    assert not dataclasses.replace(adj).symmetric
+    assert not AdjacencyList(adj.i, adj.j, adj.numNeighbors, adj.edgeOffsets, adj.numRows,
+                             adj.numCols).symmetric
+    assert not AdjacencyList(adj.i, adj.j, adj.numNeighbors, adj.edgeOffsets, adj.numRows,
+                             adj.numCols, symmetric=True).symmetric
+    verlet = buildVerletList(p, dom, verletScale=1.2)
+    assert verlet.symmetric
+    moved = dataclasses.replace(p, positions=p.positions + 1e-3)
+    assert buildVerletList(moved, dom, verletScale=1.2, priorNeighborhood=verlet) is verlet
+    assert filterVerletList(moved, dom, verlet).symmetric
+    other = _particles(40, 2, F64, 3)
+    assert not filterVerletList(moved, dom, verlet, referenceParticles=other).symmetric
+    assert adjacencyFromStateDict(adjacencyStateDict(adj), "cpu").symmetric
+    assert not adjacencyFromStateDict(adjacencyStateDict(dataclasses.replace(adj)),
+                                      "cpu").symmetric
+    scenes = dataclasses.replace(p, scenes=(torch.arange(40) % 3).to(torch.int32))
+    assert radiusSearchCompactHashMap(scenes, dom).symmetric
+
+
+_CASES = [
+    pytest.param(SupportScheme.Gather, OperationDirection.AllQueriesNonGhostReferences,
+                 id="gather-all"),
+    pytest.param(SupportScheme.Gather, OperationDirection.FluidQueriesNonGhostReferences,
+                 id="gather-fluid-rows"),
+    pytest.param(SupportScheme.Scatter, OperationDirection.FluidQueriesFluidReferences,
+                 id="scatter-fluid-fluid"),
+    pytest.param(SupportScheme.MeanSymmetric, OperationDirection.Unmasked,
+                 id="mean-unmasked"),
+]
+
+
+@pytest.mark.parametrize("support,direction", _CASES)
+def test_once_equals_per_row(monkeypatch, support, direction):
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
+    p = _particles(48, 2, F64, 5, kinds)
+    symmetric = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
+    assert symmetric.symmetric
+    pr = props(MOM, supportMode=support, operationMode=direction)
+    spyD = _PackSpy(monkeypatch, densityModule)
+    spyM = _PackSpy(monkeypatch, momentumModule)
+    once = _grads(p, dom, symmetric, pr, supportGrad=False, massGrad=True)
+    assert spyD.flags() == [True] and spyM.flags() == [True]
+    perRow = _grads(p, dom, dataclasses.replace(symmetric), pr, supportGrad=False,
+                    massGrad=True)
+    assert spyD.flags() == [True, False] and spyM.flags() == [True, False]
+    for name, a, b in zip(("positions", "field", "masses"), once, perRow):
+        scale = float(b.abs().max())
+        assert scale > 0
+        err = float((a - b).abs().max())
+        assert err <= 1e-13 * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+
+
+def test_support_gradients_keep_the_momentum_per_row(monkeypatch):
+    """Row j's term exchanges h_i and h_j: with the supports' adjoints asked the Momentum
+    takes every pair per row; the Density still takes them once (its support adjoints
+    are exchanged explicitly)."""
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = _particles(40, 2, F64, 7)
+    adj = radiusSearchCompactHashMap(p, dom)
+    pr = props(MOM, supportMode=SupportScheme.Gather)
+    spyD = _PackSpy(monkeypatch, densityModule)
+    spyM = _PackSpy(monkeypatch, momentumModule)
+    once = _grads(p, dom, adj, pr, supportGrad=True, massGrad=False)
+    assert spyD.flags() == [True] and spyM.flags() == [False]
+    perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=True, massGrad=False)
+    for name, a, b in zip(("positions", "field", "supports"), once, perRow):
+        scale = float(b.abs().max())
+        err = float((a - b).abs().max())
+        assert err <= 1e-13 * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+
+
+def test_distinct_reference_values_take_every_pair_per_row(monkeypatch):
+    """Reference values other than the query values: the pair's two terms are different
+    functions, so nothing is taken once."""
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = _particles(30, 2, F64, 9)
+    adj = radiusSearchCompactHashMap(p, dom)
+    spy = _PackSpy(monkeypatch, momentumModule)
+    f = _field(30, 2, F64, 1).requires_grad_()
+    fr = _field(30, 2, F64, 2).requires_grad_()
+    x = p.positions.clone().requires_grad_()
+    out = warpOperation(ParticleState(x, p.supports, p.masses, p.kinds, p.densities),
+                        props(MOM), dom, queryValues=f, referenceValues=fr, adjacency=adj)
+    out.sum().backward()
+    assert spy.flags() == [False]
+
+
+def test_float32_once_equals_per_row(monkeypatch):
+    dom = makeDomain(2, torch.float32, "cpu", periodic=True)
+    p = _particles(40, 2, torch.float32, 11)
+    adj = radiusSearchCompactHashMap(p, dom)
+    pr = props(MOM, supportMode=SupportScheme.Gather)
+    once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=False)
+    perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=False)
+    for a, b in zip(once, perRow):
+        assert float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+
+
+def test_gradcheck_through_the_once_route(monkeypatch):
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = _particles(10, 2, F64, 13)
+    p = dataclasses.replace(p, supports=torch.full((10,), 0.9, dtype=F64))
+    adj = radiusSearchCompactHashMap(p, dom)
+    spy = _PackSpy(monkeypatch, momentumModule)
+    f = _field(10, 2, F64, 4)
+
+    def fn(x, values):
+        q = ParticleState(x, p.supports, p.masses, p.kinds, p.densities)
+        return (warpOperation(q, props(MOM), dom, queryValues=values, adjacency=adj),
+                warpOperation(q, props(DEN), dom, adjacency=adj))
+
+    inputs = (p.positions.clone().requires_grad_(), f.requires_grad_())
+    assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
+    assert spy.flags() and all(spy.flags())
