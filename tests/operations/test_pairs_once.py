@@ -1,5 +1,5 @@
-"""Each pair once for both rows: the Density's and the Momentum's reverse kernels on a
-symmetric list (`AdjacencyList.symmetric`) of a call whose reference side is its query side.
+"""Each pair once for both rows: the Density's, the Momentum's and the Gradient's
+values-only reverse kernels on a symmetric list (`AdjacencyList.symmetric`) of a call whose reference side is its query side.
 
 * Which lists are symmetric: the library's search of one set against itself (plain, with
   scenes, a Verlet list and its filtered copy, a restart's list); never a search of two
@@ -8,6 +8,7 @@ symmetric list (`AdjacencyList.symmetric`) of a call whose reference side is its
   float64, for every gradient of the call: equal and unequal supports side by side, three
   interaction modes over mixed kinds, three support schemes, masses and supports that
   require grad (the Momentum then takes every pair per row), and float32.
+* The Gradient's values-only kernel, four gradient schemes, fluid rows over mixed kinds.
 * The route is taken (the reverse pack's flag, read by a spy) and gradcheck passes through it.
 """
 
@@ -19,9 +20,16 @@ import pytest
 import torch
 from sph_reference import GRADCHECK, makeDomain, props, reverseRoute
 
+import warpSPHCore.operators._reverse as reverseModule
 import warpSPHCore.operators.density as densityModule
 import warpSPHCore.operators.momentum as momentumModule
-from warpSPHCore import OperationDirection, ParticleState, SupportScheme, WarpOperation
+from warpSPHCore import (
+    GradientScheme,
+    OperationDirection,
+    ParticleState,
+    SupportScheme,
+    WarpOperation,
+)
 from warpSPHCore.dataTypes import AdjacencyList
 from warpSPHCore.fluids.neighbours import adjacencyFromStateDict, adjacencyStateDict
 from warpSPHCore.neighborhood import (
@@ -223,3 +231,32 @@ def test_gradcheck_through_the_once_route(monkeypatch):
     inputs = (p.positions.clone().requires_grad_(), f.requires_grad_())
     assert torch.autograd.gradcheck(fn, inputs, **GRADCHECK)
     assert spy.flags() and all(spy.flags())
+
+
+@pytest.mark.parametrize("scheme", [GradientScheme.Naive, GradientScheme.Difference,
+                                    GradientScheme.Summation, GradientScheme.Symmetric],
+                         ids=lambda s: s.name)
+def test_gradient_values_only_once_equals_per_row(monkeypatch, scheme):
+    """The Gradient's values-only reverse kernel: row j's term is the scheme's coefficient
+    with i and j exchanged, times G_ji = -G_ij; fluid rows over non-ghost references."""
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    kinds = torch.tensor([0, 0, 1, 0, 2, 0] * 7, dtype=torch.int32)
+    p = _particles(42, 2, F64, 17, kinds)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
+    pr = props(WarpOperation.Gradient, gradientMode=scheme,
+               operationMode=OperationDirection.FluidQueriesNonGhostReferences)
+    spy = _PackSpy(monkeypatch, reverseModule)
+    f = torch.randn(42, 3, generator=torch.Generator().manual_seed(4), dtype=F64)
+    seed = torch.randn(42, 3, 2, generator=torch.Generator().manual_seed(5), dtype=F64)
+
+    def valuesGrad(a):
+        v = f.clone().requires_grad_()
+        out = warpOperation(p, pr, dom, queryValues=v, adjacency=a)
+        assert reverseRoute(out) is not None
+        return torch.autograd.grad((out * seed).sum(), v)[0]
+
+    once = valuesGrad(adj)
+    perRow = valuesGrad(dataclasses.replace(adj))
+    assert spy.flags() == [True, False]
+    scale = float(perRow.abs().max())
+    assert float((once - perRow).abs().max()) <= 1e-13 * scale

@@ -52,7 +52,8 @@ def _launch(config, args, rows, **seed):
                                   ("rDensities", "hasRDensities", rs.densities),
                                   ("rVolumes", "hasRVolumes", corr.referenceVolumes),
                                   ("gValues", "hasValues", values)),
-                         values=values, **seed)
+                         values=values, pairsOnce=bool(config.get("pairsOnce", False)),
+                         **seed)
     return rows, [qs, rs, dom, useAdjacency, adjacency, grid, corr, ks, pack, fieldWidth]
 
 

@@ -291,16 +291,23 @@ def _referenceOf(cfg: Configuration):
 
 
 @functools.cache
-def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None):
+def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None,
+                 skip=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
     i that the interaction mode admits, by the configuration's traversal (module docstring).
     The sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
-    Momentum's 2 x d matrix)."""
+    Momentum's 2 x d matrix). `skip`, a Warp function ``(i, j, h_i, q, r, extra) -> bool``,
+    passes over a list's entries before their reference is read (`_pairOnceSkip`: the pairs
+    another row's thread takes); the grid traversal has none to pass over."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     tag = f"{pairTerm.key}"
+    if skip is None:
+        @specialFunction(tag)
+        def skip(i: wp.int32, j: wp.int32, h_i: S, q: P, r: P, extra: extraType):
+            return False
 
     if accumulator is not None:
         @specialFunction(tag)
@@ -346,6 +353,8 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
                           wp.int64(0))
                 continue
             j = wp.int32(jl)
+            if skip(i, j, h_i, q, r, extra):
+                continue
             admitted, x_ij = reference(j, x_i, ext, inv, r)
             if not admitted:
                 continue
@@ -633,14 +642,14 @@ def _rowKernel(name: str, cfg: Configuration, pair, X, vector: bool, module: str
 
 
 def _rowReverseKernel(name: str, cfg: Configuration, pair, X, perQuery=None,
-                      module: str = "unique"):
+                      module: str = "unique", skip=None):
     """A hand-written reverse kernel with one thread per output element: thread tid is
     (i, k) = divmod(tid, n) with n = F outputs per query (or ``perQuery(F)``, a Warp function
     of the field width); it sums the vector `pair` (which scatters the reference side and
     returns the x_i adjoint) over query i's references and adds the sum to the query
     positions' adjoint; nothing for a masked query. `X` is the reverse pack's type."""
     P, DOM, C, KS, A, G = _structs(cfg)
-    rowSum = _neighborSum(pair, cfg, True, X)
+    rowSum = _neighborSum(pair, cfg, True, X, skip=skip)
     admitted = _queryAdmitted(cfg)
 
     def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -763,6 +772,25 @@ def _pairOnceOf(cfg: Configuration):
 
 
 @functools.cache
+def _pairOnceSkip(cfg: Configuration):
+    """``skip(i, j, h_i, q, r, p) -> bool`` for `_neighborSum`: the list entries (i, j) with
+    j < i whose pair row j's thread takes for both rows (`_pairOnceOf`), passed over before
+    the reference's position is read."""
+    once = _pairOnceOf(cfg)
+    P = _structs(cfg)[0]
+    X = structFor("cotangent", cfg.dim, cfg.scalar)
+
+    @specialFunction("pairOnceSkip_" + cfg.tag)
+    def skip(i: wp.int32, j: wp.int32, h_i: cfg.scalar, q: P, r: P, p: X):
+        res = False
+        if p.pairsOnce and j < i:
+            res = once(i, j, h_i, r.supports[j], q, r, True)
+        return res
+
+    return skip
+
+
+@functools.cache
 def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
     """The Density's hand-written reverse kernel (`density.densityVJPKernel`) for one
     configuration: the same per-pair adjoint with the specialised (W, G, dW/dh_i, dW/dh_j)
@@ -814,7 +842,7 @@ def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
                 res = densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
         return res
 
-    rowSum = _neighborSum(pair, cfg, True, X)
+    rowSum = _neighborSum(pair, cfg, True, X, skip=_pairOnceSkip(cfg))
     admitted = _queryAdmitted(cfg)
 
     def densityVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -915,7 +943,8 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
     """The Gradient's hand-written reverse kernel (`gradient.gradientVJPKernel`) for one
     configuration: the same per-pair adjoint (`gradient.gradientVJPPairTerm`) with the
     specialised (G, H u, u . dG/dh) of `kernels.specialized`. The gradient scheme stays a
-    run-time value here (a configuration's scheme is ignored)."""
+    run-time value here (a configuration's scheme is ignored), except in the values-only
+    kernel, which also takes a symmetric list's pairs once for both rows (`_pairOnceOf`)."""
     if cfg.gradientScheme and not cfg.valuesOnly:
         return _gradientVJPKernel(dataclasses.replace(cfg, gradientScheme=0), module)
     D, S = cfg.dim, cfg.scalar
@@ -924,6 +953,7 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
     X = structFor("cotangent", D, S)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     valuesVJP = fieldCoefficientValuesVJPOf(cfg.gradientScheme) if cfg.valuesOnly else None
+    once = _pairOnceOf(cfg)
 
     @specialFunction("gradientVJP_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
@@ -936,14 +966,25 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
             Gv, Hu, gh_i, gh_j = pk.gradVJP_ij(x_ij, h_i, r.supports[j], u)
             res = gradientPairVJP_ij(i, j, k, F, q, r, corr, ks, p, u, Gv, Hu, gh_i, gh_j)
         elif wp.static(cfg.valuesOnly):  # the values' adjoint alone, no run-time tests
-            Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
-            valuesVJP(i, j, k, F, q, r, p.gValues, wp.dot(Gv, u))
+            h_j = r.supports[j]
+            # both rows' pair at once (`_pairOnceOf`): row j's term c_ji G_ji has
+            # G_ji = -G_ij, and its values' adjoint is the scheme's with i and j exchanged
+            both = once(i, j, h_i, h_j, q, r, p.pairsOnce)
+            if not (both and j < i):
+                Gv = pk.gradW_ij(x_ij, h_i, h_j)
+                valuesVJP(i, j, k, F, q, r, p.gValues, wp.dot(Gv, u))
+                if both:
+                    u_j = p.seed[j * F + k]
+                    if wp.static(cfg.calibrate):
+                        u_j = u_j * ks.normalizationCoefficient
+                    valuesVJP(j, i, k, F, q, r, p.gValues, -wp.dot(Gv, u_j))
         else:  # no position or support adjoint asked: grad W alone, no Hessian
             Gv = pk.gradW_ij(x_ij, h_i, r.supports[j])
             fieldCoefficientVJP_ij(i, j, k, F, q, r, corr, ks, p, wp.dot(Gv, u))
         return res
 
-    return _rowReverseKernel("gradientVJP", cfg, pair, X, module=module)
+    return _rowReverseKernel("gradientVJP", cfg, pair, X, module=module,
+                             skip=_pairOnceSkip(cfg) if cfg.valuesOnly else None)
 
 
 #: reverse configuration -> its kernel built in a forward + reverse module (`_gradientPair`)
@@ -1798,7 +1839,7 @@ def _momentumVJPKernel(cfg: Configuration):
             acc[wp.static(D + 4)] = gmu_i
         return acc
 
-    rowSum = _neighborSum(pair, cfg, False, X, ACC)
+    rowSum = _neighborSum(pair, cfg, False, X, ACC, _pairOnceSkip(cfg))
     admitted = _queryAdmitted(cfg)
 
     def momentumVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
