@@ -9,6 +9,7 @@ values-only reverse kernels on a symmetric list (`AdjacencyList.symmetric`) of a
   interaction modes over mixed kinds, three support schemes, masses and supports that
   require grad (the Momentum then takes every pair per row), and float32.
 * The Gradient's values-only kernel, four gradient schemes, fluid rows over mixed kinds.
+* The Momentum's forward kernel on the CPU, with calibration and a masking mode.
 * The route is taken (the reverse pack's flag, read by a spy) and gradcheck passes through it.
 """
 
@@ -21,6 +22,7 @@ import torch
 from sph_reference import GRADCHECK, makeDomain, props, reverseRoute
 
 import warpSPHCore.operators._reverse as reverseModule
+import warpSPHCore.operators._specialized as specializedModule
 import warpSPHCore.operators.density as densityModule
 import warpSPHCore.operators.momentum as momentumModule
 from warpSPHCore import (
@@ -260,3 +262,34 @@ def test_gradient_values_only_once_equals_per_row(monkeypatch, scheme):
     assert spy.flags() == [True, False]
     scale = float(perRow.abs().max())
     assert float((once - perRow).abs().max()) <= 1e-13 * scale
+
+
+@pytest.mark.parametrize("direction", [OperationDirection.AllQueriesNonGhostReferences,
+                                       OperationDirection.FluidQueriesNonGhostReferences],
+                         ids=lambda m: m.name)
+def test_momentum_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction):
+    """The Momentum's forward kernel on the CPU: a pair of equal supports once, row j's
+    term (minus row i's) added to row j's output; every other pair per row."""
+    taken = []
+    original = specializedModule._forwardOnce
+
+    def spy(config, cfg):
+        out = original(config, cfg)
+        taken.append(bool(out is not None and out.pairsOnce))
+        return out
+
+    monkeypatch.setattr(specializedModule, "_forwardOnce", spy)
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
+    p = _particles(48, 2, F64, 19, kinds)
+    adj = radiusSearchCompactHashMap(p, dom)
+    f = _field(48, 2, F64, 6)
+    pr = props(MOM, operationMode=direction, calibrateNormalization=True, n_h=2.0)
+    once = warpOperation(p, pr, dom, queryValues=f, adjacency=adj)
+    perRow = warpOperation(p, pr, dom, queryValues=f, adjacency=dataclasses.replace(adj))
+    assert taken == [True, False]
+    scale = float(perRow.abs().max())
+    assert float((once - perRow).abs().max()) <= 1e-14 * scale
+    if direction != OperationDirection.AllQueriesNonGhostReferences:
+        masked = ~(kinds == 0)
+        assert torch.equal(once[masked], torch.zeros_like(once[masked]))

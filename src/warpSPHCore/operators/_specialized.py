@@ -169,6 +169,9 @@ class Configuration:
     #: density, volume or Omega tangent); False: positions tangents alone, dc_ij = 0, the
     #: coefficient with the scheme fixed (and plain where the states allow it)
     coefficientTangent: bool = True
+    #: the Momentum's forward kernel on the CPU takes a symmetric self-list's pairs once,
+    #: adding the other row's term to its output (`_forwardOnce`)
+    pairsOnce: bool = False
 
     @property
     def tag(self) -> str:
@@ -185,6 +188,7 @@ class Configuration:
         g += "" if self.geometryAdjoint else "_v"
         g += "o" if self.valuesOnly else ""
         g += "" if self.coefficientTangent else "_x"
+        g += "_o" if self.pairsOnce else ""
         return f"k{self.kernel}_{sm}_m{self.operationMode}{g}_{trav}{cal}_{self.dim}d_{s}"
 
 
@@ -702,6 +706,34 @@ def _queryAdmitted(cfg: Configuration):
         return ok
 
     return admitted
+
+
+def _forwardOnce(config: dict, cfg: Configuration | None) -> Configuration | None:
+    """`cfg` with ``pairsOnce`` where a forward kernel may take each pair once: a mirrored
+    call with a symmetric list (the configuration's ``pairsOnce``) on the CPU, where the
+    threads run one after another in index order, so the sum into a row is made in one fixed
+    order. On CUDA the forward stays one gather per row (no atomics: the same bits every
+    run)."""
+    if cfg is None or not (config.get("pairsOnce") and config.get("deviceType") == "cpu"):
+        return cfg
+    return dataclasses.replace(cfg, pairsOnce=True)
+
+
+@functools.cache
+def _forwardOnceSkip(cfg: Configuration, extraType):
+    """`_neighborSum`'s ``skip`` of a forward kernel with ``pairsOnce``: the entries (i, j),
+    j < i, whose pair thread j takes for both rows (`_pairOnceOf`)."""
+    once = _pairOnceOf(cfg)
+    P = _structs(cfg)[0]
+
+    @specialFunction("forwardOnceSkip_" + cfg.tag)
+    def skip(i: wp.int32, j: wp.int32, h_i: cfg.scalar, q: P, r: P, extra: extraType):
+        res = False
+        if j < i:
+            res = once(i, j, h_i, r.supports[j], q, r, True)
+        return res
+
+    return skip
 
 
 @functools.cache
@@ -1648,9 +1680,14 @@ def _momentumKernel(cfg: Configuration):
             v[c] = row[base + c]
         return v
 
+    # with ``pairsOnce`` the pair reads the field and adds row j's term to the output: both
+    # arrays travel in one struct (built in the kernel)
+    XO = _momentumOnceExtra(S) if cfg.pairsOnce else X
+    once = _pairOnceOf(cfg)
+
     @specialFunction("momentum_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, extra: X):
+             corr: C, ks: KS, extra: XO):
         res = M()
         r_ij = wp.length(x_ij)
         h_j = r.supports[j]
@@ -1659,15 +1696,30 @@ def _momentumKernel(cfg: Configuration):
         if r_ij > S(0.0) and r_ij <= wp.max(h_i, h_j) * S(_BEYOND_SUPPORT):
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j,
                                                                     wp.static(supportMode))
-            fi = fieldRow(extra, i * F)
-            fj = fieldRow(extra, q.masses.shape[0] * F + j * F)
+            if wp.static(cfg.pairsOnce):
+                vals = extra.values
+            else:
+                vals = extra
+            fi = fieldRow(vals, i * F)
+            fj = fieldRow(vals, q.masses.shape[0] * F + j * F)
             res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, fi[0], fi[1], fi[2],
                                fi[3], fieldVector(fi, 4), fieldVector(fi, wp.static(4 + D)),
                                fj[0], fj[1], fj[2], fj[3], fieldVector(fj, 4),
                                fieldVector(fj, wp.static(4 + D)))
+            if wp.static(cfg.pairsOnce):
+                # row j's term is minus row i's (antisymmetric in x_ij; `_pairOnceOf`)
+                if once(i, j, h_i, h_j, q, r, True):
+                    other = res
+                    if wp.static(cfg.calibrate):
+                        other = other * ks.normalizationCoefficient
+                    base = j * wp.static(2 * D)
+                    for delta in range(wp.static(D)):
+                        wp.atomic_sub(extra.out, base + delta, other[0, delta])
+                        wp.atomic_sub(extra.out, base + wp.static(D) + delta, other[1, delta])
         return res
 
-    rowSum = _neighborSum(pair, cfg, False, X, M)
+    rowSum = _neighborSum(pair, cfg, False, XO, M,
+                          _forwardOnceSkip(cfg, XO) if cfg.pairsOnce else None)
     admitted = _queryAdmitted(cfg)
 
     def momentum(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -1676,22 +1728,44 @@ def _momentumKernel(cfg: Configuration):
         i = wp.tid()
         val = M()
         if admitted(queryState.kinds[i]):
+            if wp.static(cfg.pairsOnce):
+                extra = XO()
+                extra.values = values
+                extra.out = out
+            else:
+                extra = values
             val = rowSum(adjacencyState, gridState, i, 0, fieldWidth, queryState,
-                         referenceState, domainState, correctionData, kernelProperties, values)
+                         referenceState, domainState, correctionData, kernelProperties, extra)
             if wp.static(cfg.calibrate):
                 val = val * kernelProperties.normalizationCoefficient
         base = i * wp.static(2 * D)
         for delta in range(wp.static(D)):
-            out[base + delta] = val[0, delta]
-            out[base + wp.static(D) + delta] = val[1, delta]
+            if wp.static(cfg.pairsOnce):  # the earlier rows' terms are in it already
+                out[base + delta] = out[base + delta] + val[0, delta]
+                out[base + wp.static(D) + delta] = out[base + wp.static(D) + delta] + val[1, delta]
+            else:
+                out[base + delta] = val[0, delta]
+                out[base + wp.static(D) + delta] = val[1, delta]
 
     return _kernel(momentum, "momentum", cfg)
+
+
+@functools.cache
+def _momentumOnceExtra(S):
+    """The struct of the Momentum's forward kernel with ``pairsOnce``: the field and the
+    output, which its pair term adds row j's term to."""
+    fields = {"values": wp.array(dtype=S), "out": wp.array(dtype=S)}
+    name = f"momentumOnceExtra_{'f32' if S == wp.float32 else 'f64'}"
+    cls = wp.struct(type(name, (), {"__annotations__": fields, "__module__": __name__,
+                                    "__qualname__": name}))
+    globals()[name] = cls
+    return cls
 
 
 def momentumSpecialized(config: dict):
     """`OperatorSpec.specialize` of the Momentum: every configuration (it reads no correction
     state)."""
-    cfg = configurationOf(config)
+    cfg = _forwardOnce(config, configurationOf(config))
     return None if cfg is None else _momentumKernel(cfg)
 
 
