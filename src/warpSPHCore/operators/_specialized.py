@@ -867,11 +867,20 @@ def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
             u = p.scalarSeed[i]
             if wp.static(cfg.calibrate):
                 u = u * ks.normalizationCoefficient
-            Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, h_j)
-            if both:
-                res = bothRows(i, j, r, p, u, ks, Wv, Gv, wh_i, wh_j)
+            if both and not (p.hasQSupports or p.hasRSupports or p.hasRMasses):
+                # the positions' adjoint alone (a rollout's): grad W, no W or dW/dh
+                u_j = p.scalarSeed[j]
+                if wp.static(cfg.calibrate):
+                    u_j = u_j * ks.normalizationCoefficient
+                res = (u * r.masses[j] + u_j * r.masses[i]) * pk.gradW_ij(x_ij, h_i, h_j)
+                if p.hasRPositions:
+                    wp.atomic_sub(p.rPositions, j, res)
             else:
-                res = densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
+                Wv, Gv, wh_i, wh_j = pk.valueVJP_ij(x_ij, h_i, h_j)
+                if both:
+                    res = bothRows(i, j, r, p, u, ks, Wv, Gv, wh_i, wh_j)
+                else:
+                    res = densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
         return res
 
     rowSum = _neighborSum(pair, cfg, True, X, skip=_pairOnceSkip(cfg))
