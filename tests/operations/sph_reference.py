@@ -619,3 +619,16 @@ def reverseRoute(out):
     while fn is not None and not hasattr(fn, "reverse_route"):
         fn = fn.next_functions[0][0]
     return fn.reverse_route
+
+
+def momentumTestField(n, d, seed, dtype=torch.float64):
+    """A Momentum field ``[n, 4 + 2 d]`` (p, rho, V, mu, u, u~) of random values with positive
+    densities, volumes and viscosities."""
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.rand(*shape, generator=g, dtype=torch.float64)
+
+    cols = [r(n, 1) - 0.5, 0.8 + 0.4 * r(n, 1), 0.5 + r(n, 1), 0.1 + 0.2 * r(n, 1),
+            r(n, d) - 0.5, r(n, d) - 0.5]
+    return torch.cat(cols, dim=1).to(dtype)

@@ -26,6 +26,7 @@ from sph_reference import (
     marginCloud,
     marginPair,
     masks,
+    momentumTestField,
     neighbourStructure,
     pairKernelGradient,
     pairVectors,
@@ -49,15 +50,7 @@ def _np(t):
 
 
 def _field(n, d, seed, dtype=F64):
-    """(p, rho, V, mu, u, u~) with positive densities, volumes and viscosities."""
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape):
-        return torch.rand(*shape, generator=g, dtype=F64)
-
-    cols = [r(n, 1) - 0.5, 0.8 + 0.4 * r(n, 1), 0.5 + r(n, 1), 0.1 + 0.2 * r(n, 1),
-            r(n, d) - 0.5, r(n, d) - 0.5]
-    return torch.cat(cols, dim=1).to(dtype)
+    return momentumTestField(n, d, seed, dtype)
 
 
 def _pairSupport(hq, hr, mode):

@@ -22,6 +22,7 @@ from sph_reference import (
     makeDomain,
     marginCloud,
     marginPair,
+    momentumTestField,
     neighbourStructure,
     props,
     reverseRoute,
@@ -39,15 +40,7 @@ GATE = "WARPSPHCORE_DISABLE_REVERSE_KERNELS"
 
 
 def _field(n, d, seed):
-    """(p, rho, V, mu, u, u~) with positive densities, volumes and viscosities."""
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape):
-        return torch.rand(*shape, generator=g, dtype=F64)
-
-    cols = [r(n, 1) - 0.5, 0.8 + 0.4 * r(n, 1), 0.5 + r(n, 1), 0.1 + 0.2 * r(n, 1),
-            r(n, d) - 0.5, r(n, d) - 0.5]
-    return torch.cat(cols, dim=1)
+    return momentumTestField(n, d, seed)
 
 
 def _run(monkeypatch, tape, q, r, dom, pr, traversal, seed=0, massGrad=False):

@@ -19,7 +19,7 @@ import dataclasses
 
 import pytest
 import torch
-from sph_reference import GRADCHECK, makeDomain, props, reverseRoute
+from sph_reference import GRADCHECK, makeDomain, momentumTestField, props, reverseRoute
 
 import warpSPHCore.operators._reverse as reverseModule
 import warpSPHCore.operators._specialized as specializedModule
@@ -61,25 +61,13 @@ def _particles(n, d, dtype, seed, kinds=None):
     return ParticleState(x, h, m, k, rho)
 
 
-def _field(n, d, dtype, seed):
-    """The Momentum's field (p, rho, V, mu, u, u~), densities, volumes and viscosities > 0."""
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape):
-        return torch.rand(*shape, generator=g, dtype=F64)
-
-    cols = [r(n, 1) - 0.5, 0.8 + 0.4 * r(n, 1), 0.5 + r(n, 1), 0.1 + 0.2 * r(n, 1),
-            r(n, d) - 0.5, r(n, d) - 0.5]
-    return torch.cat(cols, dim=1).to(dtype)
-
-
 def _grads(p, dom, adjacency, pr, supportGrad, massGrad, seed=3):
     """Every gradient of one Density + Momentum evaluation for a random output cotangent."""
     d = p.positions.shape[1]
     x = p.positions.clone().requires_grad_()
     h = p.supports.clone().requires_grad_(supportGrad)
     m = p.masses.clone().requires_grad_(massGrad)
-    f = _field(p.positions.shape[0], d, p.positions.dtype, seed).requires_grad_()
+    f = momentumTestField(p.positions.shape[0], d, seed, p.positions.dtype).requires_grad_()
     q = ParticleState(x, h, m, p.kinds, p.densities)
     rho = warpOperation(q, dataclasses.replace(pr, operation=DEN), dom, adjacency=adjacency)
     rows = warpOperation(q, dataclasses.replace(pr, operation=MOM), dom, queryValues=f,
@@ -197,8 +185,8 @@ def test_distinct_reference_values_take_every_pair_per_row(monkeypatch):
     p = _particles(30, 2, F64, 9)
     adj = radiusSearchCompactHashMap(p, dom)
     spy = _PackSpy(monkeypatch, momentumModule)
-    f = _field(30, 2, F64, 1).requires_grad_()
-    fr = _field(30, 2, F64, 2).requires_grad_()
+    f = momentumTestField(30, 2, 1, F64).requires_grad_()
+    fr = momentumTestField(30, 2, 2, F64).requires_grad_()
     x = p.positions.clone().requires_grad_()
     out = warpOperation(ParticleState(x, p.supports, p.masses, p.kinds, p.densities),
                         props(MOM), dom, queryValues=f, referenceValues=fr, adjacency=adj)
@@ -223,7 +211,7 @@ def test_gradcheck_through_the_once_route(monkeypatch):
     p = dataclasses.replace(p, supports=torch.full((10,), 0.9, dtype=F64))
     adj = radiusSearchCompactHashMap(p, dom)
     spy = _PackSpy(monkeypatch, momentumModule)
-    f = _field(10, 2, F64, 4)
+    f = momentumTestField(10, 2, 4, F64)
 
     def fn(x, values):
         q = ParticleState(x, p.supports, p.masses, p.kinds, p.densities)
@@ -283,7 +271,7 @@ def test_momentum_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction)
     kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
     p = _particles(48, 2, F64, 19, kinds)
     adj = radiusSearchCompactHashMap(p, dom)
-    f = _field(48, 2, F64, 6)
+    f = momentumTestField(48, 2, 6, F64)
     pr = props(MOM, operationMode=direction, calibrateNormalization=True, n_h=2.0)
     once = warpOperation(p, pr, dom, queryValues=f, adjacency=adj)
     perRow = warpOperation(p, pr, dom, queryValues=f, adjacency=dataclasses.replace(adj))
