@@ -2,7 +2,8 @@
 values-only reverse kernels on a symmetric list (`AdjacencyList.symmetric`) of a call whose reference side is its query side.
 
 * Which lists are symmetric: the library's search of one set against itself (plain, with
-  scenes, a Verlet list and its filtered copy, a restart's list); never a search of two
+  scenes, a Verlet list and its filtered copy, a restart's list) with a symmetric threshold
+  or equal supports; never a Gather or Scatter search of unequal supports, a search of two
   sets, a list built from user tensors or a copy made with ``dataclasses.replace``.
 * The once route equals the per-row route (the same list marked unsymmetric) to rounding,
   float64, for every gradient of the call: equal and unequal supports side by side, three
@@ -101,7 +102,15 @@ class _PackSpy:
 
 def test_library_self_searches_are_symmetric_the_rest_are_not():
     dom = makeDomain(2, F64, "cpu", periodic=True)
-    p = _particles(40, 2, F64, 1)
+    varied = _particles(40, 2, F64, 1)
+    # Gather and Scatter read one side's support: symmetric only with equal supports (a
+    # device flag read with the search's one readback); the other schemes always
+    for mode in (SupportScheme.Gather, SupportScheme.Scatter):
+        assert not radiusSearchCompactHashMap(varied, dom, mode=mode).symmetric
+    for mode in (SupportScheme.MeanSymmetric, SupportScheme.KernelMeanSymmetric,
+                 SupportScheme.SuperSymmetric, SupportScheme.PartialSymmetric):
+        assert radiusSearchCompactHashMap(varied, dom, mode=mode).symmetric
+    p = dataclasses.replace(varied, supports=torch.full((40,), 0.5, dtype=F64))
     other = _particles(30, 2, F64, 2)
     adj = radiusSearchCompactHashMap(p, dom)
     assert adj.symmetric
@@ -118,6 +127,10 @@ def test_library_self_searches_are_symmetric_the_rest_are_not():
     assert filterVerletList(moved, dom, verlet).symmetric
     other = _particles(40, 2, F64, 3)
     assert not filterVerletList(moved, dom, verlet, referenceParticles=other).symmetric
+    # the filter's Gather test with supports that have come apart since the build
+    grown = dataclasses.replace(moved, supports=varied.supports)
+    assert not filterVerletList(grown, dom, verlet).symmetric
+    assert filterVerletList(grown, dom, verlet, supportMode=SupportScheme.MeanSymmetric).symmetric
     assert adjacencyFromStateDict(adjacencyStateDict(adj), "cpu").symmetric
     assert not adjacencyFromStateDict(adjacencyStateDict(dataclasses.replace(adj)),
                                       "cpu").symmetric
@@ -165,7 +178,7 @@ def test_support_gradients_keep_the_momentum_per_row(monkeypatch):
     are exchanged explicitly)."""
     dom = makeDomain(2, F64, "cpu", periodic=True)
     p = _particles(40, 2, F64, 7)
-    adj = radiusSearchCompactHashMap(p, dom)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
     pr = props(MOM, supportMode=SupportScheme.Gather)
     spyD = _PackSpy(monkeypatch, densityModule)
     spyM = _PackSpy(monkeypatch, momentumModule)
@@ -183,7 +196,7 @@ def test_distinct_reference_values_take_every_pair_per_row(monkeypatch):
     functions, so nothing is taken once."""
     dom = makeDomain(2, F64, "cpu", periodic=True)
     p = _particles(30, 2, F64, 9)
-    adj = radiusSearchCompactHashMap(p, dom)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
     spy = _PackSpy(monkeypatch, momentumModule)
     f = momentumTestField(30, 2, 1, F64).requires_grad_()
     fr = momentumTestField(30, 2, 2, F64).requires_grad_()
@@ -197,7 +210,7 @@ def test_distinct_reference_values_take_every_pair_per_row(monkeypatch):
 def test_float32_once_equals_per_row(monkeypatch):
     dom = makeDomain(2, torch.float32, "cpu", periodic=True)
     p = _particles(40, 2, torch.float32, 11)
-    adj = radiusSearchCompactHashMap(p, dom)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
     pr = props(MOM, supportMode=SupportScheme.Gather)
     once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=False)
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=False)
@@ -270,7 +283,7 @@ def test_momentum_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction)
     dom = makeDomain(2, F64, "cpu", periodic=True)
     kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
     p = _particles(48, 2, F64, 19, kinds)
-    adj = radiusSearchCompactHashMap(p, dom)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
     f = momentumTestField(48, 2, 6, F64)
     pr = props(MOM, operationMode=direction, calibrateNormalization=True, n_h=2.0)
     once = warpOperation(p, pr, dom, queryValues=f, adjacency=adj)
@@ -301,7 +314,7 @@ def test_once_on_each_device(monkeypatch, device):
     p = _particles(40, 2, F64, 23)
     p = ParticleState(*(t.to(device) for t in (p.positions, p.supports, p.masses, p.kinds,
                                                p.densities)))
-    adj = radiusSearchCompactHashMap(p, dom)
+    adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
     assert adj.symmetric
     pr = props(MOM, supportMode=SupportScheme.Gather)
     once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=True)

@@ -138,12 +138,13 @@ class AdjacencyList:
       scene-aware search (particles carrying ``scenes``), else None. Operators on particles
       with scenes accept only such a list (a list built without scenes pairs across them).
     * ``symmetric``: True for a list the library's search built of one particle set against
-      itself: a pair of equal supports is then in row i exactly when it is in row j (the
-      search's acceptance test is symmetric). The reverse kernels of the Density and the
-      Momentum then evaluate each such pair once, for both rows (docs/design.md). Only the
-      library's own builders set it: a list constructed from user tensors (also one copied
-      with ``dataclasses.replace``) is taken as unsymmetric, and a list changed in place
-      after the search no longer keeps the promise.
+      itself with a threshold symmetric in (h_i, h_j) (MeanSymmetric and the max schemes), or
+      with Gather or Scatter on supports that were all equal: a pair is then in row i
+      exactly when it is in row j. The reverse kernels of the Density and the Momentum (and
+      the Momentum's forward on the CPU) then evaluate a pair of equal supports once, for both
+      rows (docs/design.md). Only the library's own builders set it: a list constructed from
+      user tensors (also one copied with ``dataclasses.replace``) is taken as unsymmetric,
+      and a list changed in place after the search no longer keeps the promise.
 
     Within a row, pairs come in stencil-offset order, then in sorted order inside each cell
     (ascending original index). The list is non-differentiable.

@@ -108,8 +108,10 @@ def _unbits(v: int) -> float:
     return struct.unpack("<d", struct.pack("<q", v))[0]
 
 
-def readback(total: torch.Tensor, flags: torch.Tensor, hMax, dMin, dMax):
-    """THE single device->host transfer: returns (E, flags, hMax, [min], [max]) on the host.
+def readback(total: torch.Tensor, flags: torch.Tensor, hMax, dMin, dMax, extra=None):
+    """THE single device->host transfer: returns (E, flags, hMax, [min], [max]) on the host,
+    and the value of `extra` (an integer ``[1]`` tensor, or None) as a sixth entry when
+    given.
 
     The device's error buffer (`util.errorFlags`) travels in the same transfer: an index that
     an earlier operator launch skipped raises `NeighborListError` here.
@@ -118,6 +120,8 @@ def readback(total: torch.Tensor, flags: torch.Tensor, hMax, dMin, dMax):
     """
     parts = [total.reshape(1).to(torch.int64), flags.reshape(1).to(torch.int64),
              _bits(hMax), _bits(dMin), _bits(dMax)]
+    if extra is not None:
+        parts.append(extra.reshape(1).to(torch.int64))
     errors = pendingErrorBuffer(total.device)
     if errors is not None:  # earlier kernels' skipped indices travel in the same transfer
         parts.append(errors)
@@ -125,8 +129,11 @@ def readback(total: torch.Tensor, flags: torch.Tensor, hMax, dMin, dMax):
     if errors is not None:
         reportErrorValues(values[-ERROR_SLOTS:], total.device)
     d = dMin.shape[0]
-    return (values[0], values[1], _unbits(values[2]),
-            [_unbits(v) for v in values[3:3 + d]], [_unbits(v) for v in values[3 + d:3 + 2 * d]])
+    result = (values[0], values[1], _unbits(values[2]),
+              [_unbits(v) for v in values[3:3 + d]], [_unbits(v) for v in values[3 + d:3 + 2 * d]])
+    if extra is not None:
+        result = result + (values[3 + 2 * d],)
+    return result
 
 
 def _sets(flags: int, queryBit: int, referenceBit: int, aliased: bool) -> str:

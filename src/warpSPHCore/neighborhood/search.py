@@ -69,10 +69,35 @@ def _cacheCapacity(device: torch.device, numQueries: int) -> int:
     return cap if cap >= 8 else 0
 
 
+#: support schemes whose acceptance threshold is symmetric in (h_i, h_j): MeanSymmetric and
+#: the max schemes (Gather and Scatter read one side's support)
+_SYMMETRIC_THRESHOLDS = (13, 14, 15, 16)
+
+
+def symmetricTest(inp: SearchInputs, mode: int) -> torch.Tensor | None:
+    """None where a self-search's list is symmetric whatever the supports (a symmetric
+    threshold) or never (two sets); else the int64 ``[1]`` device flag "the supports are all
+    equal" (Gather, Scatter: then the threshold is one value), read with the search's one
+    readback (`finishCSR`). `symmetricList` turns the answer into `AdjacencyList.symmetric`."""
+    if not inp.aliased or int(mode) in _SYMMETRIC_THRESHOLDS or inp.qSup.shape[0] == 0:
+        return None
+    return (inp.qSup.amin() == inp.qSup.amax()).to(torch.int64).reshape(1)
+
+
+def symmetricList(inp: SearchInputs, mode: int, uniform) -> bool:
+    """Whether a list searched from `inp` pairs symmetrically (`AdjacencyList.symmetric`): a
+    self-search with a symmetric threshold, or with equal supports (`uniform`, the host value
+    of `symmetricTest`'s flag)."""
+    if not inp.aliased:
+        return False
+    return int(mode) in _SYMMETRIC_THRESHOLDS or inp.qSup.shape[0] == 0 or bool(uniform)
+
+
 def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased: bool,
-              modeName: str):
-    """Scan the int32 row counts on the device, then THE single readback (edge total + flags),
-    then the host checks. Returns ``(E, edgeOffsets int32)``."""
+              modeName: str, extra=None):
+    """Scan the int32 row counts on the device, then THE single readback (edge total + flags,
+    and `extra`'s value), then the host checks. Returns ``(E, edgeOffsets int32)``, and the
+    value of `extra` as a third entry when it is given."""
     if counts.shape[0] > 0:
         counts64 = counts.to(torch.int64)
         csum = torch.cumsum(counts64, 0)
@@ -81,10 +106,13 @@ def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased
     else:
         total = torch.zeros(1, dtype=torch.int64, device=counts.device)
         offsets64 = torch.zeros(0, dtype=torch.int64, device=counts.device)
-    E, flagValue, h, lo, hi = readback(total, flags, hMax, dMin, dMax)
+    back = readback(total, flags, hMax, dMin, dMax, extra)
+    E, flagValue, h, lo, hi = back[:5]
     raiseForFlags(where, flagValue, h, lo, hi, aliased=aliased, modeName=modeName)
     if E > MAX_EDGES:
         raise OverflowError(f"{where}: " + _OVERFLOW_MESSAGE.format(E=E, limit=MAX_EDGES))
+    if extra is not None:
+        return E, offsets64.to(torch.int32), back[5]
     return E, offsets64.to(torch.int32)
 
 
@@ -122,8 +150,9 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             head = [qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode]
             launch(_kernels.radiusSearchKernel, dim=nq, inputs=head + [0, cacheCap, cacheW],
                    outputs=[countsW, dummy32, dummy64, dummy64], device=dev, group=group)
-    E, edgeOffsets = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin, inp.dMax,
-                               inp.aliased, SupportScheme(mode).name)
+    test = symmetricTest(inp, mode)
+    E, edgeOffsets, *uniform = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin,
+                                         inp.dMax, inp.aliased, SupportScheme(mode).name, test)
     i = _empty(E, torch.int64, dev)
     j = _empty(E, torch.int64, dev)
     if traverse and E > 0:
@@ -154,7 +183,7 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             hashMap=grid,
             supportMode=SupportScheme(mode),
             verletScale=1.0,
-            symmetric=inp.aliased,
+            symmetric=symmetricList(inp, mode, uniform[0] if uniform else None),
         )
     if returnCompactHashMap:
         return adjacency, grid
@@ -220,7 +249,11 @@ def _search(where: str, inp: SearchInputs, mode: int, L: int, storeInputs: bool,
             querySupports=inp.qSup if storeInputs else None,
             referenceSupports=inp.rSup if storeInputs else None,
             hashMap=None, supportMode=SupportScheme(mode), verletScale=1.0,
-            sceneIndex=inp.qScenes, symmetric=inp.aliased)
+            sceneIndex=inp.qScenes,
+            # the scene-separated search's verdict; scenes searched one by one: a symmetric
+            # threshold only (their supports are not compared)
+            symmetric=(a.symmetric if separated is not None
+                       else symmetricList(inp, mode, False)))
 
 
 def searchEachScene(where: str, inp: SearchInputs, mode: int):

@@ -26,7 +26,7 @@ from ._inputs import SearchInputs, modeUint
 from .flags import computeFlags
 from .grid import _gridStruct, gridSupport
 from .hashLength import getNextPrime
-from .search import finishCSR, search, searchInputs
+from .search import finishCSR, search, searchInputs, symmetricList, symmetricTest
 from .traversal import makeAdjacencyData
 
 __all__ = ["buildVerletList", "deferVerletChecks", "filterVerletList", "verletBudget",
@@ -309,8 +309,9 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
         dummy64 = toWarp(torch.empty(0, dtype=torch.int64, device=dev))
         launch(_kernels.filterPairsKernel, dim=nq, inputs=args + [0],
                outputs=[toWarp(counts), dummy32, dummy64, dummy64], device=dev)
-    E, edgeOffsets = finishCSR(where, counts, flags, hMax, inp.dMin, inp.dMax, inp.aliased,
-                               SupportScheme(mode).name)
+    test = symmetricTest(inp, mode) if adjacency.symmetric else None
+    E, edgeOffsets, *uniform = finishCSR(where, counts, flags, hMax, inp.dMin, inp.dMax,
+                                         inp.aliased, SupportScheme(mode).name, test)
     i = torch.empty(E, dtype=torch.int64, device=dev)
     j = torch.empty(E, dtype=torch.int64, device=dev)
     if work and E > 0:
@@ -322,4 +323,5 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
             queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
             referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
             verletScale=1.0, sceneIndex=adjacency.sceneIndex,
-            symmetric=adjacency.symmetric and inp.aliased)
+            symmetric=adjacency.symmetric and symmetricList(
+                inp, mode, uniform[0] if uniform else None))
