@@ -720,23 +720,6 @@ def _forwardOnce(config: dict, cfg: Configuration | None) -> Configuration | Non
 
 
 @functools.cache
-def _forwardOnceSkip(cfg: Configuration, extraType):
-    """`_neighborSum`'s ``skip`` of a forward kernel with ``pairsOnce``: the entries (i, j),
-    j < i, whose pair thread j takes for both rows (`_pairOnceOf`)."""
-    once = _pairOnceOf(cfg)
-    P = _structs(cfg)[0]
-
-    @specialFunction("forwardOnceSkip_" + cfg.tag)
-    def skip(i: wp.int32, j: wp.int32, h_i: cfg.scalar, q: P, r: P, extra: extraType):
-        res = False
-        if j < i:
-            res = once(i, j, h_i, r.supports[j], q, r, True)
-        return res
-
-    return skip
-
-
-@functools.cache
 def _densityKernel(cfg: Configuration, module: str = "unique"):
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
@@ -779,7 +762,7 @@ def _pairOnceOf(cfg: Configuration):
     and no support adjoint asked (``pairsOnce``, `AdjacencyList.symmetric`) for two particles
     (i != j: a self pair is its row's alone) of equal supports whose other row also holds the
     pair: j a query and i a reference the interaction mode admits. Row j then lists i (the
-    list is symmetric for equal supports), the pair's terms of the two rows are the same
+    list is symmetric), the pair's terms of the two rows are the same
     function of the pair's inputs (the Density's) or its negative (the Momentum's,
     antisymmetric in x_ij), and the thread of the smaller index evaluates it with both rows'
     cotangents while the other skips it (docs/design.md). The supports are the exception:
@@ -804,18 +787,24 @@ def _pairOnceOf(cfg: Configuration):
 
 
 @functools.cache
-def _pairOnceSkip(cfg: Configuration):
-    """``skip(i, j, h_i, q, r, p) -> bool`` for `_neighborSum`: the list entries (i, j) with
-    j < i whose pair row j's thread takes for both rows (`_pairOnceOf`), passed over before
-    the reference's position is read."""
+def _pairOnceSkip(cfg: Configuration, extraType=None):
+    """``skip(i, j, h_i, q, r, extra) -> bool`` for `_neighborSum`: the list entries (i, j)
+    with j < i whose pair row j's thread takes for both rows (`_pairOnceOf`), passed over
+    before the reference's position is read. `extraType` None: a reverse kernel's, whose
+    extra is the reverse pack with its run-time ``pairsOnce``; else a forward kernel's with
+    ``pairsOnce`` in its configuration (`_forwardOnce`), whose extra is of that type."""
     once = _pairOnceOf(cfg)
     P = _structs(cfg)[0]
-    X = structFor("cotangent", cfg.dim, cfg.scalar)
+    reverse = extraType is None
+    E = structFor("cotangent", cfg.dim, cfg.scalar) if reverse else extraType
 
-    @specialFunction("pairOnceSkip_" + cfg.tag)
-    def skip(i: wp.int32, j: wp.int32, h_i: cfg.scalar, q: P, r: P, p: X):
+    @specialFunction(("pairOnceSkip_" if reverse else "forwardOnceSkip_") + cfg.tag)
+    def skip(i: wp.int32, j: wp.int32, h_i: cfg.scalar, q: P, r: P, extra: E):
         res = False
-        if p.pairsOnce and j < i:
+        flag = True
+        if wp.static(reverse):
+            flag = extra.pairsOnce
+        if flag and j < i:
             res = once(i, j, h_i, r.supports[j], q, r, True)
         return res
 
@@ -1728,7 +1717,7 @@ def _momentumKernel(cfg: Configuration):
         return res
 
     rowSum = _neighborSum(pair, cfg, False, XO, M,
-                          _forwardOnceSkip(cfg, XO) if cfg.pairsOnce else None)
+                          _pairOnceSkip(cfg, XO) if cfg.pairsOnce else None)
     admitted = _queryAdmitted(cfg)
 
     def momentum(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
