@@ -100,6 +100,30 @@ class _PackSpy:
         return [bool(p.pairsOnce) for p in self.packs]
 
 
+def _forwardOnceSpy(monkeypatch) -> list:
+    """Records, per specialised Momentum forward kernel chosen, whether it takes pairs once
+    (`_specialized._forwardOnce`)."""
+    taken = []
+    original = specializedModule._forwardOnce
+
+    def spy(config, cfg):
+        out = original(config, cfg)
+        taken.append(bool(out is not None and out.pairsOnce))
+        return out
+
+    monkeypatch.setattr(specializedModule, "_forwardOnce", spy)
+    return taken
+
+
+def _assertAgree(names, once, perRow, tol=1e-13):
+    """Each gradient of the once route equals the per-row route's to `tol` relative."""
+    for name, a, b in zip(names, once, perRow):
+        scale = float(b.abs().max())
+        assert scale > 0
+        err = float((a - b).abs().max())
+        assert err <= tol * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+
+
 def test_library_self_searches_are_symmetric_the_rest_are_not():
     dom = makeDomain(2, F64, "cpu", periodic=True)
     varied = _particles(40, 2, F64, 1)
@@ -165,11 +189,7 @@ def test_once_equals_per_row(monkeypatch, support, direction):
     perRow = _grads(p, dom, dataclasses.replace(symmetric), pr, supportGrad=False,
                     massGrad=True)
     assert spyD.flags() == [True, False] and spyM.flags() == [True, False]
-    for name, a, b in zip(("positions", "field", "masses"), once, perRow):
-        scale = float(b.abs().max())
-        assert scale > 0
-        err = float((a - b).abs().max())
-        assert err <= 1e-13 * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+    _assertAgree(("positions", "field", "masses"), once, perRow)
 
 
 def test_support_gradients_keep_the_momentum_per_row(monkeypatch):
@@ -185,10 +205,7 @@ def test_support_gradients_keep_the_momentum_per_row(monkeypatch):
     once = _grads(p, dom, adj, pr, supportGrad=True, massGrad=False)
     assert spyD.flags() == [True] and spyM.flags() == [False]
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=True, massGrad=False)
-    for name, a, b in zip(("positions", "field", "supports"), once, perRow):
-        scale = float(b.abs().max())
-        err = float((a - b).abs().max())
-        assert err <= 1e-13 * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+    _assertAgree(("positions", "field", "supports"), once, perRow)
 
 
 def test_distinct_reference_values_take_every_pair_per_row(monkeypatch):
@@ -214,8 +231,7 @@ def test_float32_once_equals_per_row(monkeypatch):
     pr = props(MOM, supportMode=SupportScheme.Gather)
     once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=False)
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=False)
-    for a, b in zip(once, perRow):
-        assert float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+    _assertAgree(("positions", "field"), once, perRow, tol=1e-5)
 
 
 def test_gradcheck_through_the_once_route(monkeypatch):
@@ -271,15 +287,7 @@ def test_gradient_values_only_once_equals_per_row(monkeypatch, scheme):
 def test_momentum_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction):
     """The Momentum's forward kernel on the CPU: a pair of equal supports once, row j's
     term (minus row i's) added to row j's output; every other pair per row."""
-    taken = []
-    original = specializedModule._forwardOnce
-
-    def spy(config, cfg):
-        out = original(config, cfg)
-        taken.append(bool(out is not None and out.pairsOnce))
-        return out
-
-    monkeypatch.setattr(specializedModule, "_forwardOnce", spy)
+    taken = _forwardOnceSpy(monkeypatch)
     dom = makeDomain(2, F64, "cpu", periodic=True)
     kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
     p = _particles(48, 2, F64, 19, kinds)
@@ -301,15 +309,7 @@ def test_once_on_each_device(monkeypatch, device):
     adjoints with atomics as the per-row route does) and agree with the per-row route; the
     Momentum's forward takes pairs once on the CPU only (on CUDA one gather per row keeps a
     run's bits fixed)."""
-    taken = []
-    original = specializedModule._forwardOnce
-
-    def spy(config, cfg):
-        out = original(config, cfg)
-        taken.append(bool(out is not None and out.pairsOnce))
-        return out
-
-    monkeypatch.setattr(specializedModule, "_forwardOnce", spy)
+    taken = _forwardOnceSpy(monkeypatch)
     dom = makeDomain(2, F64, device, periodic=True)
     p = _particles(40, 2, F64, 23)
     p = ParticleState(*(t.to(device) for t in (p.positions, p.supports, p.masses, p.kinds,
@@ -320,7 +320,4 @@ def test_once_on_each_device(monkeypatch, device):
     once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=True)
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=True)
     assert taken == [device.type == "cpu", False]
-    for name, a, b in zip(("positions", "field", "masses"), once, perRow):
-        scale = float(b.abs().max())
-        err = float((a - b).abs().max())
-        assert err <= 1e-13 * scale, f"{name}: once vs per row {err:.3e} (scale {scale:.3e})"
+    _assertAgree(("positions", "field", "masses"), once, perRow)
