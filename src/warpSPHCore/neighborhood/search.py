@@ -87,17 +87,16 @@ def symmetricTest(inp: SearchInputs, mode: int) -> torch.Tensor | None:
 def symmetricList(inp: SearchInputs, mode: int, uniform) -> bool:
     """Whether a list searched from `inp` pairs symmetrically (`AdjacencyList.symmetric`): a
     self-search with a symmetric threshold, or with equal supports (`uniform`, the host value
-    of `symmetricTest`'s flag)."""
-    if not inp.aliased:
-        return False
-    return int(mode) in _SYMMETRIC_THRESHOLDS or inp.qSup.shape[0] == 0 or bool(uniform)
+    of `symmetricTest`'s flag; None where it made no test)."""
+    return inp.aliased and (int(mode) in _SYMMETRIC_THRESHOLDS or inp.qSup.shape[0] == 0
+                            or bool(uniform))
 
 
 def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased: bool,
               modeName: str, extra=None):
     """Scan the int32 row counts on the device, then THE single readback (edge total + flags,
-    and `extra`'s value), then the host checks. Returns ``(E, edgeOffsets int32)``, and the
-    value of `extra` as a third entry when it is given."""
+    and `extra`'s value), then the host checks. Returns ``(E, edgeOffsets int32, value of
+    extra)``, the last None without `extra`."""
     if counts.shape[0] > 0:
         counts64 = counts.to(torch.int64)
         csum = torch.cumsum(counts64, 0)
@@ -111,9 +110,7 @@ def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased
     raiseForFlags(where, flagValue, h, lo, hi, aliased=aliased, modeName=modeName)
     if E > MAX_EDGES:
         raise OverflowError(f"{where}: " + _OVERFLOW_MESSAGE.format(E=E, limit=MAX_EDGES))
-    if extra is not None:
-        return E, offsets64.to(torch.int32), back[5]
-    return E, offsets64.to(torch.int32)
+    return E, offsets64.to(torch.int32), (back[5] if extra is not None else None)
 
 
 def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMap,
@@ -150,9 +147,9 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             head = [qPosW, qSupW, sPosW, sSupW, hMaxW, gridStruct, mode]
             launch(_kernels.radiusSearchKernel, dim=nq, inputs=head + [0, cacheCap, cacheW],
                    outputs=[countsW, dummy32, dummy64, dummy64], device=dev, group=group)
-    test = symmetricTest(inp, mode)
-    E, edgeOffsets, *uniform = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin,
-                                         inp.dMax, inp.aliased, SupportScheme(mode).name, test)
+    E, edgeOffsets, uniform = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin,
+                                        inp.dMax, inp.aliased, SupportScheme(mode).name,
+                                        symmetricTest(inp, mode))
     i = _empty(E, torch.int64, dev)
     j = _empty(E, torch.int64, dev)
     if traverse and E > 0:
@@ -183,7 +180,7 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             hashMap=grid,
             supportMode=SupportScheme(mode),
             verletScale=1.0,
-            symmetric=symmetricList(inp, mode, uniform[0] if uniform else None),
+            symmetric=symmetricList(inp, mode, uniform),
         )
     if returnCompactHashMap:
         return adjacency, grid

@@ -310,8 +310,8 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
         launch(_kernels.filterPairsKernel, dim=nq, inputs=args + [0],
                outputs=[toWarp(counts), dummy32, dummy64, dummy64], device=dev)
     test = symmetricTest(inp, mode) if adjacency.symmetric else None
-    E, edgeOffsets, *uniform = finishCSR(where, counts, flags, hMax, inp.dMin, inp.dMax,
-                                         inp.aliased, SupportScheme(mode).name, test)
+    E, edgeOffsets, uniform = finishCSR(where, counts, flags, hMax, inp.dMin, inp.dMax,
+                                        inp.aliased, SupportScheme(mode).name, test)
     i = torch.empty(E, dtype=torch.int64, device=dev)
     j = torch.empty(E, dtype=torch.int64, device=dev)
     if work and E > 0:
@@ -323,5 +323,4 @@ def filterVerletList(queryParticles, domain, adjacency, supportMode=SupportSchem
             queryPositions=inp.qPos, referencePositions=inp.rPos, querySupports=inp.qSup,
             referenceSupports=inp.rSup, hashMap=None, supportMode=SupportScheme(mode),
             verletScale=1.0, sceneIndex=adjacency.sceneIndex,
-            symmetric=adjacency.symmetric and symmetricList(
-                inp, mode, uniform[0] if uniform else None))
+            symmetric=adjacency.symmetric and symmetricList(inp, mode, uniform))
