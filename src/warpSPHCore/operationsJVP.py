@@ -274,6 +274,8 @@ def _flatValueTangent(entry, tq, tr, queryValues, referenceValues):
         return None if tr is None else tr.reshape(-1)
     if tq is None and tr is None:
         return None
+    if tq is tr and queryValues is referenceValues:  # one block (`_prepareCall`)
+        return tq.reshape(-1)
     tq = torch.zeros_like(queryValues) if tq is None else tq
     tr = torch.zeros_like(referenceValues) if tr is None else tr
     return torch.cat((tq.reshape(-1), tr.reshape(-1)))
@@ -425,7 +427,8 @@ def _warpOperationJVP(queryParticles, operationProperties, domain, tangentQueryV
         crkState=crkState, gradHState=gradHState, renormalizationState=renormalizationState,
         queryVolumes=queryVolumes, referenceVolumes=referenceVolumes, adjacency=adjacency,
         referenceParticles=referenceParticles, consistentDivergence=consistentDivergence,
-        laplacianCorrectionState=laplacianCorrectionState)
+        laplacianCorrectionState=laplacianCorrectionState,
+        shareValues=tangentReferenceValues is tangentQueryValues)
     pos = queryParticles.positions
     device, dtype = pos.device, pos.dtype
     ref = queryParticles if selfRef else referenceParticles

@@ -216,9 +216,11 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
                  referenceValues=None, queryVolumes=None, referenceVolumes=None, adjacency=None,
                  referenceParticles=None, preScatteredQuantities=None, crkState=None,
                  gradHState=None, renormalizationState=None, consistentDivergence=False,
-                 laplacianCorrectionState=None):
+                 laplacianCorrectionState=None, shareValues: bool = True):
     """Validation and defaulting of one operator call, shared by `warpOperation` and
-    `warpOperationJVP`.
+    `warpOperationJVP`. With `shareValues` a call whose reference values are its query values
+    passes them once (`_valueExtras`); `warpOperationJVP` asks for two blocks where the two
+    sides' value tangents differ.
 
     Returns:
         ``(op, ctx, extras, finalize)``: the `WarpOperation`, the `SPHContext`, the declared
@@ -308,7 +310,7 @@ def _prepareCall(queryParticles, operationProperties, domain, queryValues=None,
     shape, available = None, {}
     if entry.values is not ValueInputs.NONE:
         shape, available = _valueExtras(op, entry, queryValues, referenceValues,
-                                        preScatteredQuantities, nQ, nR)
+                                        preScatteredQuantities, nQ, nR, shareValues)
     outShape = entry.outputShape(shape, d, props)
     dropped = entry.dropped(props)
     if dropped:
@@ -381,10 +383,16 @@ def _checkSchemeStates(entry, props, states: dict, corrections: dict, sizes: tup
 
 
 def _valueExtras(op, entry, queryValues, referenceValues, preScatteredQuantities, nQ: int,
-                 nR: int):
+                 nR: int, share: bool = True):
     """Validation of the value inputs the operator declares (`ValueInputs`) and their flat
     extras. Returns ``(S, extras)``: the field shape and the values extras (the flat values,
-    ``fieldWidth``)."""
+    ``fieldWidth``).
+
+    An operator reading both sides gets one flat array, the query rows first and then the
+    reference rows (``[N_q F | N_r F]``); when the reference values are the query values
+    (and `share`) the one block ``[N F]`` serves both sides (`operators._coefficients.
+    referenceBase`): no copy, half the memory the traversal reads, and the reverse kernels
+    add both sides' adjoints into one array."""
     if queryValues is None and referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs queryValues and/or referenceValues "
                          "(pre-scattered quantities are not supported)")
@@ -406,6 +414,8 @@ def _valueExtras(op, entry, queryValues, referenceValues, preScatteredQuantities
     if queryValues is None or referenceValues is None:
         raise ValueError(f"{_WHERE}: {op.name} needs both queryValues and referenceValues")
     qFlat, shape, F = _flattenField(queryValues)
+    if share and referenceValues is queryValues:
+        return shape, {"values": qFlat, "fieldWidth": F}
     rFlat, _, _ = _flattenField(referenceValues)
     return shape, {"values": torch.cat((qFlat, rFlat)), "fieldWidth": F}
 

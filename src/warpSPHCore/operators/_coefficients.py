@@ -21,8 +21,10 @@ CRK builders (V_j); the reverse adjoints serve the Gradient's hand-written rever
 adjoint of the value functions.
 
 * `fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)` reads (f_i[a], f_j[a]) from
-  ``values = [query N_q F | reference N_r F]``; under grad-h f_j is divided by Omega_j, and
-  f_i by Omega_i when `divideQuery` (Divergence, Curl, Laplacian: both; Gradient: f_j only).
+  ``values = [query N_q F | reference N_r F]``, or from one block ``[N F]`` when the call's
+  reference values are its query values (`referenceBase`); under grad-h f_j is divided by
+  Omega_j, and f_i by Omega_i when `divideQuery` (Divergence, Curl, Laplacian: both;
+  Gradient: f_j only).
 * V_j = referenceVolumes[j] with volumes, else m_j / rho_j (0 without densities); with
   `consistent` (Divergence's ``consistentDivergence``) V_j = referenceVolumes[j] rho_j / rho_i
   with volumes, else m_j / rho_i.
@@ -65,7 +67,7 @@ import warp as wp
 
 from ..autograd.arg_extract import getGradH_i, getGradH_j, getVolume_j
 
-__all__ = ["apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
+__all__ = ["referenceBase", "apparentVolume_j", "apparentVolumeJVP_j", "apparentVolumeVJP_j",
            "consistentVolume_j", "fieldValues_ij", "coefficientOfValues_ij", "omegaTangents_ij",
            "fieldCoefficient_ij", "fieldCoefficientOf", "fieldCoefficientJVP_ij", "fieldCoefficientVJP_ij",
            "densityPairVJP_ij", "gradientPairVJP_ij", "interpolatePairVJP_ij",
@@ -177,11 +179,25 @@ def consistentVolumeJVP_j(q: Any, r: Any, corr: Any, t: Any, i: wp.int32, j: wp.
 
 
 @wp.func
+def referenceBase(values: Any, q: Any, F: wp.int32):
+    """Where reference j's row of a flat field starts, less ``j F``: the field holds the query
+    rows first and then the reference rows, ``[N_q F | N_r F]`` (base N_q F), or one block
+    ``[N F]`` when the call's reference values are its query values (base 0: row j of the
+    same block; `preparation._valueExtras`). A length beyond N_q F tells the two apart. The
+    value arrays of one call (values, their tangent, their adjoint) share the layout."""
+    n = q.masses.shape[0] * F
+    base = wp.int32(0)
+    if values.shape[0] > n:
+        base = n
+    return base
+
+
+@wp.func
 def fieldValues_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, corr: Any,
                    values: Any, divideQuery: wp.bool):
     """(f_i[a], f_j[a]) from values = [query N_q F | reference N_r F]; under grad-h f_j is
     divided by Omega_j, and f_i by Omega_i when `divideQuery`."""
-    offset = q.masses.shape[0] * F
+    offset = referenceBase(values, q, F)
     f_j = values[offset + j * F + a]
     f_i = values[i * F + a]
     useGradH, omega_j = getGradH_j(corr, j)
@@ -261,7 +277,7 @@ def _fieldCoefficientFunction(fixedScheme: int | None, plain: bool = False):
         f_j = values.dtype(0.0)
         if wp.static(plain):
             f_i = values[i * F + a]
-            f_j = values[q.masses.shape[0] * F + j * F + a]
+            f_j = values[referenceBase(values, q, F) + j * F + a]
         else:
             f_i, f_j = fieldValues_ij(i, j, a, F, q, corr, values, divideQuery)
         return ofValues(i, j, f_i, f_j, q, r, corr, ks, consistent)
@@ -321,7 +337,7 @@ def fieldCoefficientValuesVJPOf(scheme: int):
 
     def valuesVJP(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q: Any, r: Any,
                   gValues: Any, adj_c: Any):
-        jr = q.masses.shape[0] * F + j * F + a
+        jr = referenceBase(gValues, q, F) + j * F + a
         if wp.static(scheme == 2):
             rho_i = q.densities[i]
             rho_j = r.densities[j]
@@ -424,8 +440,7 @@ def fieldCoefficientVJP_ij(i: wp.int32, j: wp.int32, a: wp.int32, F: wp.int32, q
     ``divideQuery=False``, no grad-h: the Gradient's coefficient) into the reverse pack `p`:
     the values f_i, f_j, the masses, the densities and the reference volumes, each behind its
     presence flag. The exact partial derivatives of the four schemes (module table)."""
-    offset = q.masses.shape[0] * F
-    jr = offset + j * F + a
+    jr = referenceBase(p.values, q, F) + j * F + a
     iq = i * F + a
     f_j = p.values[jr]
     f_i = p.values[iq]
@@ -676,7 +691,7 @@ def laplacianScaleJVP_ij(i: wp.int32, j: wp.int32, q: Any, r: Any, corr: Any, ks
 def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any, r: Any,
                            corr: Any, ks: Any, values: Any):
     """q_ij[k] = (f_j - f_i) s_ij (`laplacianScale_ij`); f / Omega on both sides under
-    grad-h. values = [query N_q F | reference N_r F]."""
+    grad-h. values = [query N_q F | reference N_r F] (or one block: `referenceBase`)."""
     f_i, f_j = fieldValues_ij(i, j, k, F, q, corr, values, True)
     return (f_j - f_i) * laplacianScale_ij(i, j, q, r, corr, ks)
 
@@ -690,7 +705,7 @@ def laplacianDifferenceOf(scheme: int):
 
     def laplacianDifference_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
                                r: Any, corr: Any, ks: Any, values: Any):
-        return ofValues(i, j, values[i * F + k], values[q.masses.shape[0] * F + j * F + k],
+        return ofValues(i, j, values[i * F + k], values[referenceBase(values, q, F) + j * F + k],
                         q, r)
 
     return wp.func(laplacianDifference_ij, name=f"laplacianDifference_g{int(scheme)}p_ij",
@@ -723,7 +738,7 @@ def laplacianDifferenceVJP_ij(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32
     """Scatter the adjoint `adj_q` of `laplacianDifference_ij` (no grad-h) into the reverse
     pack `pk`: the values f_i, f_j, and through the scale s_ij the masses, the densities
     (Symmetric: m_j rho_i / rho_j^2) or the apparent volume V_j, each behind its flag."""
-    jr = q.masses.shape[0] * F + j * F + k
+    jr = referenceBase(pk.values, q, F) + j * F + k
     iq = i * F + k
     diff = pk.values[jr] - pk.values[iq]
     scale = type(adj_q)(0.0)

@@ -108,6 +108,7 @@ from ._coefficients import (
     laplacianDifferenceOfValues,
     laplacianPairVJP_ij,
     plainStates,
+    referenceBase,
 )
 from ._momentumPair import momentumPair, momentumRows
 from ._tangents import coefficientTangentPresent, pairTangent_ij
@@ -469,7 +470,7 @@ def _wideRowSum(geometry, column, cfg: Configuration, extraType, vector: bool,
         rng = getIndexRange(adj, i)
         refStart = wp.int32(0)
         if wp.static(queryHalf):
-            refStart = q.masses.shape[0] * F
+            refStart = referenceBase(extra, q, F)
         nR = wp.int64(r.masses.shape[0])
         x_i = q.positions[i]
         h_i = q.supports[i]
@@ -1699,7 +1700,7 @@ def _momentumKernel(cfg: Configuration):
             else:
                 vals = extra
             fi = fieldRow(vals, i * F)
-            fj = fieldRow(vals, q.masses.shape[0] * F + j * F)
+            fj = fieldRow(vals, referenceBase(vals, q, F) + j * F)
             res = momentumPair(pk.gradW_ij(x_ij, h_i, h_j), x_ij, Dn, fi[0], fi[1], fi[2],
                                fi[3], fieldVector(fi, 4), fieldVector(fi, wp.static(4 + D)),
                                fj[0], fj[1], fj[2], fj[3], fieldVector(fj, 4),
@@ -1817,7 +1818,7 @@ def _momentumVJPKernel(cfg: Configuration):
         if r2 > S(0.0) and r2 <= reach * reach and not (both and j < i):
             r_ij = wp.sqrt(r2)
             Dn = r_ij + S(LAPLACIAN_REG_N) * computePairwiseSupport(h_i, h_j, wp.static(mode))
-            bj = q.masses.shape[0] * F + j * F
+            bj = referenceBase(p.values, q, F) + j * F
             fi = fieldRow(p.values, i * F)
             fj = fieldRow(p.values, bj)
             p_i = fi[0]

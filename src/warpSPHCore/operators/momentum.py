@@ -63,6 +63,7 @@ from ..kernels.support import (
 from ..neighborhood.traversal import gridQueryCell
 from ..util.precision import warpScalar
 from ._coefficients import LAPLACIAN_REG_N as _REG_N
+from ._coefficients import referenceBase
 from ._momentumPair import (
     momentumPair,
     momentumRows,
@@ -155,7 +156,7 @@ def momentumPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: Any,
             D = r_ij + type(r_ij)(_REG_N) * computePairwiseSupport(h_i, h_j, ks.supportMode)
             p_i, rho_i, V_i, mu_i, u_i, ut_i = _particleFields(extra, i * F, d, x_ij)
             p_j, rho_j, V_j, mu_j, u_j, ut_j = _particleFields(
-                extra, q.masses.shape[0] * F + j * F, d, x_ij)
+                extra, referenceBase(extra, q, F) + j * F, d, x_ij)
             res = momentumPair(G, x_ij, D, p_i, rho_i, V_i, mu_i, u_i, ut_i, p_j, rho_j, V_j,
                                mu_j, u_j, ut_j)
     return res
@@ -235,7 +236,7 @@ def momentumJVPPairTerm(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, q: A
             dD = wp.dot(x_ij, dx) / r_ij + reg * computePairwiseSupportJVP(
                 h_i, h_j, dh_i, dh_j, ks.supportMode)
             bi = i * F
-            bj = q.masses.shape[0] * F + j * F
+            bj = referenceBase(t.values, q, F) + j * F
             p_i, rho_i, V_i, mu_i, u_i, ut_i = _particleFields(t.values, bi, d, x_ij)
             p_j, rho_j, V_j, mu_j, u_j, ut_j = _particleFields(t.values, bj, d, x_ij)
             dp_i, drho_i, dV_i, dmu_i, du_i, dut_i = _tangentFields(t, bi, d, x_ij)
