@@ -321,3 +321,98 @@ def test_once_on_each_device(monkeypatch, device):
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=True)
     assert taken == [device.type == "cpu", False]
     _assertAgree(("positions", "field", "masses"), once, perRow)
+
+
+def _assertRowsPartitioned(adj):
+    """Every row of `adj` holds its references j >= i before those j < i."""
+    counts = adj.numNeighbors.to(torch.int64)
+    rows = torch.repeat_interleave(torch.arange(adj.numRows), counts)
+    lower = (adj.j < rows).to(torch.int64)
+    # within a row the lower flag never falls: a row's entries, in order, are 0...0 1...1
+    same = rows[1:] == rows[:-1]
+    assert not bool((same & (lower[1:] < lower[:-1])).any())
+
+
+def test_symmetric_rows_hold_their_lower_references_last():
+    """What a symmetric list promises of its rows (`AdjacencyList.symmetric`), for each
+    builder: the search (plain and with scenes), a Verlet list and its filtered copy, and a
+    restart of a list whose rows were not in that order (a file written before it was kept):
+    the same pairs, reordered; a list already in that order is left as it is."""
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = dataclasses.replace(_particles(60, 2, F64, 29), supports=torch.full((60,), 0.5,
+                                                                             dtype=F64))
+    adj = radiusSearchCompactHashMap(p, dom)
+    verlet = buildVerletList(p, dom, verletScale=1.2)
+    moved = dataclasses.replace(p, positions=p.positions + 1e-3)
+    scenes = dataclasses.replace(p, scenes=(torch.arange(60) % 3).to(torch.int32))
+    lists = [adj, verlet, filterVerletList(moved, dom, verlet),
+             radiusSearchCompactHashMap(scenes, dom)]
+    for a in lists:
+        assert a.symmetric
+        _assertRowsPartitioned(a)
+        assert bool((a.j < a.i).any())  # both parts occur
+    # a restart file whose rows are in the search's traversal order
+    state = adjacencyStateDict(adj)
+    starts = adj.edgeOffsets.to(torch.int64)
+    shuffled = adj.j.clone()
+    for r in range(adj.numRows):
+        s, n = int(starts[r]), int(adj.numNeighbors[r])
+        shuffled[s:s + n] = shuffled[s:s + n].flip(0)
+    state["j"] = shuffled
+    restored = adjacencyFromStateDict(state, "cpu")
+    assert restored.symmetric
+    _assertRowsPartitioned(restored)
+    for r in range(adj.numRows):
+        s, n = int(starts[r]), int(adj.numNeighbors[r])
+        assert sorted(restored.j[s:s + n].tolist()) == sorted(adj.j[s:s + n].tolist())
+    assert torch.equal(state["j"], shuffled)  # the file's tensor is not changed
+    assert torch.equal(adjacencyFromStateDict(adjacencyStateDict(adj), "cpu").j, adj.j)
+
+
+def test_rows_stop_at_their_lower_part(monkeypatch):
+    """Equal supports and kinds the interaction mode admits on both sides: the device flag is
+    set and the once kernels end each row at its first j < i (`_pairOnceStop`); every
+    gradient, and the Momentum's forward on the CPU, equal the per-row route's. A list
+    marked symmetric whose rows are not in that order gives other numbers (so the equality
+    tests the order). The flag is 0 with unequal supports or a kind the mode masks, and
+    kept on the supports tensor."""
+    from warpSPHCore.autograd.arg_extract import lowerTakenFlag
+    from warpSPHCore.dataTypes.adjacency import trustedConstruction
+
+    dom = makeDomain(2, F64, "cpu", periodic=True)
+    p = dataclasses.replace(_particles(48, 2, F64, 31), supports=torch.full((48,), 0.5,
+                                                                             dtype=F64))
+    mode = OperationDirection.FluidQueriesNonGhostReferences
+    flag = lowerTakenFlag(p, mode)
+    assert flag.tolist() == [1] and lowerTakenFlag(p, mode) is flag
+    ghosts = dataclasses.replace(p, kinds=torch.tensor([0, 2] * 24, dtype=torch.int32))
+    assert lowerTakenFlag(ghosts, mode).tolist() == [0]
+    walls = dataclasses.replace(p, kinds=torch.tensor([0, 1] * 24, dtype=torch.int32))
+    assert lowerTakenFlag(walls, mode).tolist() == [0]
+    assert lowerTakenFlag(walls, OperationDirection.Unmasked).tolist() == [1]
+    varied = _particles(48, 2, F64, 31)
+    assert lowerTakenFlag(varied, mode).tolist() == [0]
+
+    adj = radiusSearchCompactHashMap(p, dom)
+    pr = props(MOM, supportMode=SupportScheme.Gather, operationMode=mode)
+    spyM = _PackSpy(monkeypatch, momentumModule)
+    once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=True)
+    perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=True)
+    assert spyM.flags() == [True, False]
+    _assertAgree(("positions", "field", "masses"), once, perRow)
+    f = momentumTestField(48, 2, 8, F64)
+    forward = [warpOperation(p, props(MOM, operationMode=mode), dom, queryValues=f,
+                             adjacency=a) for a in (adj, dataclasses.replace(adj))]
+    scale = float(forward[1].abs().max())
+    assert float((forward[0] - forward[1]).abs().max()) <= 1e-14 * scale
+
+    starts = adj.edgeOffsets.to(torch.int64)
+    unordered = adj.j.clone()
+    for r in range(adj.numRows):
+        s, n = int(starts[r]), int(adj.numNeighbors[r])
+        unordered[s:s + n] = unordered[s:s + n].flip(0)
+    with trustedConstruction():
+        wrong = AdjacencyList(adj.i, unordered, adj.numNeighbors, adj.edgeOffsets, adj.numRows,
+                              adj.numCols, symmetric=True)
+    bad = _grads(p, dom, wrong, pr, supportGrad=False, massGrad=True)
+    assert float((bad[0] - perRow[0]).abs().max()) > 1e-3 * float(perRow[0].abs().max())

@@ -44,6 +44,7 @@ a disabled null placeholder is never indexed.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -52,7 +53,7 @@ import warp as wp
 from ..dataTypes.adjacency import AdjacencyList
 from ..dataTypes.compactHashMap import CompactHashMap
 from ..dataTypes.corrections import asGradHState, asRenormalizationState
-from ..enumTypes import ExecutionMode, SupportScheme
+from ..enumTypes import ExecutionMode, ParticleType, SupportScheme, interactionKinds
 from ..kernels.lattice import latticeDensityFactor
 from ..neighborhood.grid import buildCompactHashMap
 from ..neighborhood.hashLength import getNextPrime
@@ -62,6 +63,7 @@ from ..util.errorFlags import errorArray
 from ..util.fieldRegistry import FieldKind, nullField
 from ..util.precision import warpScalar
 from ..util.stateBundle import makeStruct
+from .cache import getCachedWarpArray
 
 __all__ = [
     "STATE_SIZE",
@@ -448,6 +450,65 @@ def _bool(v) -> bool:
     return bool(v)
 
 
+#: the attribute of a supports tensor that keeps its last `lowerTakenFlag`
+_LOWER_TAKEN_ATTR = "_warpSPHCoreLowerTaken"
+_ALL_KIND_CODES = frozenset(int(k) for k in ParticleType)
+_NO_FLAG: dict = {}
+
+
+def _noFlag(device) -> wp.array:
+    """An empty int32 Warp array on `device` (kept): ``adjacencyData.lowerTaken`` of a call
+    whose rows are traversed whole (never a placeholder whose fill may be nonzero)."""
+    key = str(device)
+    a = _NO_FLAG.get(key)
+    if a is None:
+        a = _NO_FLAG[key] = wp.from_torch(torch.zeros(0, dtype=torch.int32, device=device))
+    return a
+
+
+def _admittedBothSides(mode: int) -> tuple[int, ...] | None:
+    """The kind codes `mode` admits both as queries and as references, or None where it
+    admits every kind."""
+    kinds = interactionKinds(mode)
+    both = frozenset(int(k) for k in kinds.queries) & frozenset(int(k) for k in kinds.references)
+    return None if both >= _ALL_KIND_CODES else tuple(sorted(both))
+
+
+def _capturing(device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def lowerTakenFlag(particles, mode: int) -> torch.Tensor:
+    """int32 ``[1]`` device flag of a call that takes each pair of a symmetric list once
+    (`adjacencyData.lowerTaken`): 1 when every particle has the same support and a kind the
+    interaction mode `mode` admits as a query and as a reference. Then every pair (i, j) with
+    j < i is row j's to take for both rows, and since a symmetric list's rows hold their
+    references j >= i first, a row can stop at its first j < i instead of testing each entry.
+    Computed on the device (no readback); kept on the supports tensor for its in-place version,
+    the kinds tensor and `mode`, so a simulation that passes the same supports every step
+    computes it once."""
+    h, kinds = particles.supports, particles.kinds
+    key = (h._version, kinds._version, int(mode))
+    kept = getattr(h, _LOWER_TAKEN_ATTR, None)
+    if kept is not None and kept[0] == key and kept[1]() is kinds:
+        return kept[2]
+    with torch.no_grad():
+        ok = (h == h[:1]).all()
+        codes = _admittedBothSides(mode)
+        if codes is not None:  # comparisons with numbers: nothing copied from the host
+            admitted = kinds == codes[0] if codes else torch.zeros_like(kinds, dtype=torch.bool)
+            for c in codes[1:]:
+                admitted = admitted | (kinds == c)
+            ok = ok & admitted.all()
+        flag = ok.to(torch.int32).reshape(1)
+    if not _capturing(h.device):  # a tensor a CUDA graph's capture makes is not kept
+        try:
+            setattr(h, _LOWER_TAKEN_ATTR, (key, weakref.ref(kinds), flag))
+        except (AttributeError, TypeError, RuntimeError):
+            pass  # a tensor that refuses attributes: the flag is computed per call
+    return flag
+
+
 def _sceneNeighbourhood(query, reference, domain, adjacency):
     """The neighbourhood of particles that carry scene indices: a scene-aware list (the
     search's, with one readback, when none is given); a grid or a list built without scenes
@@ -636,6 +697,11 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         "normalizationCoefficient": coefficient,
         "pairsOnce": bool(mirrored and useAdjacency and adjacency.symmetric),
     }
+    # where pairs are taken once: whether a row may stop at its first j < i (a device flag;
+    # not under a torch.func transform, whose wrapped tensors it would not see through)
+    lowerTaken = None
+    if config["pairsOnce"] and q.supports.shape[0] > 0 and not torch._C._are_functorch_transforms_active():
+        lowerTaken = lowerTakenFlag(q, props.operationMode)
     particleT = structFor("particle", d, s)
     correctionT = structFor("correction", d, s)
     domainT = structFor("domain", d, s)
@@ -666,7 +732,9 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         errors = errorArray(a[_QPOS].device)
         adj = mk(adjacencyData, "adjacency", {
             "neighborList": a[_ADJ_LIST], "neighborOffsets": a[_ADJ_OFFSETS],
-            "numNeighbors": a[_ADJ_NUM], "errors": errors, "site": site})
+            "numNeighbors": a[_ADJ_NUM], "errors": errors, "site": site,
+            "lowerTaken": (_noFlag(device) if lowerTaken is None
+                           else getCachedWarpArray(lowerTaken))})
         grid = mk(gridT, "grid", {
             "sortIndex": a[_GRID_SORT], "qMin": a[_GRID_QMIN], "qMax": a[_GRID_QMAX],
             "numCells": a[_GRID_NUMCELLS],

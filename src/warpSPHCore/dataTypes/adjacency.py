@@ -140,14 +140,18 @@ class AdjacencyList:
     * ``symmetric``: True for a list the library's search built of one particle set against
       itself with a threshold symmetric in (h_i, h_j) (MeanSymmetric and the max schemes), or
       with Gather or Scatter on supports that were all equal: a pair is then in row i
-      exactly when it is in row j. The reverse kernels of the Density and the Momentum (and
-      the Momentum's forward on the CPU) then evaluate a pair of equal supports once, for both
-      rows (docs/design.md). Only the library's own builders set it: a list constructed from
-      user tensors (also one copied with ``dataclasses.replace``) is taken as unsymmetric,
-      and a list changed in place after the search no longer keeps the promise.
+      exactly when it is in row j. Its rows list the references j >= i first, then those
+      j < i (`neighborhood.search.partitionRows`). The reverse kernels of the Density and
+      the Momentum (and the Momentum's forward on the CPU) then evaluate a pair of equal
+      supports once, for both rows, and where every pair of a call is taken so they stop a
+      row at its first j < i (docs/design.md). Only the library's own builders set it: a list
+      constructed from user tensors (also one copied with ``dataclasses.replace``) is taken
+      as unsymmetric, and a list changed in place after the search no longer keeps the
+      promise.
 
     Within a row, pairs come in stencil-offset order, then in sorted order inside each cell
-    (ascending original index). The list is non-differentiable.
+    (ascending original index); a symmetric list's row keeps that order within its two parts.
+    The list is non-differentiable.
 
     Construction checks shapes, dtypes and devices on the host, and, for a list built from
     user tensors, the values on the device without reading them back: ``j`` within

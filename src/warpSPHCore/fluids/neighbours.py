@@ -50,6 +50,7 @@ import torch
 
 from ..dataTypes.adjacency import AdjacencyList
 from ..enumTypes import SupportScheme
+from ..neighborhood.search import partitionRows
 from ..neighborhood.verlet import buildVerletList, deferVerletChecks, verletBudget
 
 __all__ = ["VerletNeighbours", "wrapPeriodic", "neighbourList", "adjacencyStateDict",
@@ -362,8 +363,14 @@ def adjacencyFromStateDict(d: dict | None, device) -> AdjacencyList | None:
         querySupports=qSup, referenceSupports=rSup,
         supportMode=SupportScheme(int(d["supportMode"])),
         verletScale=float(d["verletScale"]), sceneIndex=on(d.get("sceneIndex")))
-    # the restart file's own record of how the search built the list (the library wrote it)
-    adjacency.symmetric = bool(d.get("symmetric", False))
+    # the restart file's own record of how the search built the list (the library wrote it);
+    # its rows put in the order a symmetric list promises, on a copy (a file written before
+    # that order was kept; a list that keeps it is left as it is)
+    if bool(d.get("symmetric", False)):
+        d_, dtype = (1, torch.float64) if qPos is None else (int(qPos.shape[1]), qPos.dtype)
+        adjacency.j = adjacency.j.clone()
+        partitionRows(adjacency.j, adjacency.numNeighbors, adjacency.edgeOffsets, d_, dtype)
+        adjacency.symmetric = True
     return adjacency
 
 

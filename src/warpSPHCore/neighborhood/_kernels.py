@@ -12,7 +12,9 @@ forward-only Warp module per (dimension, scalar type) group, built on first use:
   thread per occupied cell, both passes on the CPU when the query set is the reference set
   (stencil lookups shared by the cell's queries; per-query work identical), with
   `copyCachedRowsKernel` writing the collect rows that fit the slot cache in query order;
-* `filterPairsKernel`: count / collect pass re-testing the pairs of a CSR list (Verlet).
+* `filterPairsKernel`: count / collect pass re-testing the pairs of a CSR list (Verlet);
+* `partitionRowsKernel`: the rows of a symmetric list reordered in place, references
+  j >= i first.
 
 Pair test. The accepted predicate is exactly ``r <= threshold`` with r the minimum-image
 distance of `kernels.geometry.computeDistanceVec` accumulated in axis order (the definition
@@ -62,6 +64,7 @@ __all__ = [
     "radiusSearchKernel",
     "cellMajorSearchKernel",
     "copyCachedRowsKernel",
+    "partitionRowsKernel",
     "filterPairsKernel",
     "ConcreteSignature",
     "CONCRETE_SIGNATURES",
@@ -567,6 +570,38 @@ def copyCachedRowsKernel(
 
 
 @wp.kernel
+def partitionRowsKernel(
+    numNeighbors: wp.array(dtype=wp.int32),
+    edgeOffsets: wp.array(dtype=wp.int32),
+    j: wp.array(dtype=wp.int64),
+):
+    """One thread per row i of a list of a set against itself, in place: the row's references
+    j >= i first, then those j < i (`AdjacencyList.symmetric`: a kernel that takes each pair
+    once stops at the first j < i). Two cursors from the row's ends swap the entries out of
+    place, so a row already in that order is left as it is. A row that does not lie inside
+    the array is not touched (a guard: the search's rows always do)."""
+    i = wp.tid()
+    base = edgeOffsets[i]
+    count = numNeighbors[i]
+    if base < 0 or count <= 1 or base + count > wp.int32(j.shape[0]):
+        return
+    row = wp.int64(i)
+    lo = base
+    hi = base + count - 1
+    while lo < hi:
+        if j[lo] >= row:
+            lo = lo + 1
+        elif j[hi] < row:
+            hi = hi - 1
+        else:
+            a = j[lo]
+            j[lo] = j[hi]
+            j[hi] = a
+            lo = lo + 1
+            hi = hi - 1
+
+
+@wp.kernel
 def cellMajorSearchKernel(
     positions: wp.array(dtype=Any),
     querySupports: wp.array(dtype=Any),
@@ -743,10 +778,11 @@ class ConcreteSignature(NamedTuple):
     launches, so that a search compiles one module and nothing it does not run:
 
     * ``cpu``: the grid build, `cellMajorSearchKernel` and `copyCachedRowsKernel` (a CPU
-      search of a set against itself);
-    * ``cuda``: the grid build and `radiusSearchKernel` (any search on CUDA);
+      search of a set against itself), and `partitionRowsKernel`;
+    * ``cuda``: the grid build, `radiusSearchKernel` (any search on CUDA) and
+      `partitionRowsKernel`;
     * ``query``: `radiusSearchKernel` (a CPU search of distinct query and reference sets,
-      after the ``cpu`` group's grid build);
+      after the ``cpu`` group's grid build) and `partitionRowsKernel`;
     * ``filter``: `filterPairsKernel` (the Verlet list's re-test of a CSR list).
 
     A kernel declared in several groups is launched with its group named
@@ -830,8 +866,10 @@ def _signatures() -> list:
                 "adjacency": adjacencyData,
             })
             copyRows = (copyCachedRowsKernel, {})
-            groups = {"cpu": build + [cellMajor, copyRows], "cuda": build + [perQuery],
-                      "query": [perQuery], "filter": [filterPairs]}
+            partition = (partitionRowsKernel, {})
+            groups = {"cpu": build + [cellMajor, copyRows, partition],
+                      "cuda": build + [perQuery, partition], "query": [perQuery, partition],
+                      "filter": [filterPairs]}
             for part, members in groups.items():
                 out += [ConcreteSignature(k, t, d, scalar, part) for k, t in members]
     return out

@@ -33,6 +33,7 @@ __all__ = [
     "radiusSearchCompactHashMap_",
     "searchInputs",
     "finishCSR",
+    "partitionRows",
 ]
 
 #: Largest edge count an int32-offset CSR list can hold. Tests lower it to exercise the check.
@@ -90,6 +91,22 @@ def symmetricList(inp: SearchInputs, mode: int, uniform) -> bool:
     of `symmetricTest`'s flag; None where it made no test)."""
     return inp.aliased and (int(mode) in _SYMMETRIC_THRESHOLDS or inp.qSup.shape[0] == 0
                             or bool(uniform))
+
+
+def partitionRows(j: torch.Tensor, counts: torch.Tensor, edgeOffsets: torch.Tensor, d: int,
+                  dtype, group: str | None = None) -> None:
+    """Reorder the column indices `j` of a CSR list of a set against itself in place, each
+    row's references j >= i first and then those j < i (one pass, no readback; a row already
+    in that order is left as it is). What `AdjacencyList.symmetric` promises of a row: a
+    kernel that takes each pair once from the smaller index stops at the row's first
+    j < i. `d` and `dtype` pick the search module the kernel is compiled in."""
+    nq = int(counts.shape[0])
+    if nq > 0 and j.shape[0] > 0:
+        if group is None:
+            group = _kernels.searchGroup(d, dtype, "cuda" if j.device.type == "cuda" else "query")
+        launch(_kernels.partitionRowsKernel, dim=nq,
+               inputs=[toWarp(counts), toWarp(edgeOffsets)], outputs=[toWarp(j)],
+               device=j.device, group=group)
 
 
 def finishCSR(where: str, counts: torch.Tensor, flags, hMax, dMin, dMax, aliased: bool,
@@ -150,6 +167,7 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
     E, edgeOffsets, uniform = finishCSR(where, counts, grid.validityFlags, grid.hMax, inp.dMin,
                                         inp.dMax, inp.aliased, SupportScheme(mode).name,
                                         symmetricTest(inp, mode))
+    symmetric = symmetricList(inp, mode, uniform)
     i = _empty(E, torch.int64, dev)
     j = _empty(E, torch.int64, dev)
     if traverse and E > 0:
@@ -165,6 +183,8 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
         else:
             launch(_kernels.radiusSearchKernel, dim=nq, inputs=head + [1, cacheCap, cacheW],
                    outputs=outputs, device=dev, group=group)
+        if symmetric:
+            partitionRows(j, counts, edgeOffsets, inp.d, inp.dtype, group)
     with trustedConstruction():
         adjacency = AdjacencyList(
             i=i,
@@ -180,7 +200,7 @@ def searchWithGrid(where: str, inp: SearchInputs, mode: int, grid: CompactHashMa
             hashMap=grid,
             supportMode=SupportScheme(mode),
             verletScale=1.0,
-            symmetric=symmetricList(inp, mode, uniform),
+            symmetric=symmetric,
         )
     if returnCompactHashMap:
         return adjacency, grid

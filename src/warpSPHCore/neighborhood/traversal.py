@@ -98,13 +98,17 @@ _CELL_CLAMP = 1099511627776.0  # 2^40
 @wp.struct
 class adjacencyData:
     """CSR view of an `AdjacencyList` (`j`, `edgeOffsets`, `numNeighbors`), plus the device's
-    error buffer (`util.errorFlags`; may be empty) and the site id of the launch."""
+    error buffer (`util.errorFlags`; may be empty), the site id of the launch and
+    ``lowerTaken``: empty, or one int32 device flag, nonzero when a kernel that takes each
+    pair once may stop a row of the (symmetric) list at its first j < i, every such pair
+    being taken by row j (`autograd.arg_extract.lowerTakenFlag`)."""
 
     neighborList: wp.array(dtype=wp.int64)
     neighborOffsets: wp.array(dtype=wp.int32)
     numNeighbors: wp.array(dtype=wp.int32)
     errors: wp.array(dtype=wp.int64)
     site: wp.int32
+    lowerTaken: wp.array(dtype=wp.int32)
 
 
 @wp.struct

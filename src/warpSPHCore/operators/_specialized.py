@@ -297,14 +297,16 @@ def _referenceOf(cfg: Configuration):
 
 @functools.cache
 def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumulator=None,
-                 skip=None):
+                 skip=None, stopRow=None):
     """``rowSum(adj, grid, i, k, F, q, r, dom, corr, ks, extra)``: the sum of
     ``pairTerm(i, j, k, F, x_ij, h_i, q, r, corr, ks, extra)`` over the references j of query
     i that the interaction mode admits, by the configuration's traversal (module docstring).
     The sum is a scalar, a d-vector (`vector`) or a value of the Warp type `accumulator` (the
     Momentum's 2 x d matrix). `skip`, a Warp function ``(i, j, h_i, q, r, extra) -> bool``,
     passes over a list's entries before their reference is read (`_pairOnceSkip`: the pairs
-    another row's thread takes); the grid traversal has none to pass over."""
+    another row's thread takes); the grid traversal has none to pass over. `stopRow`, a Warp
+    function ``(adj, extra) -> bool`` evaluated once per row (`_pairOnceStop`), ends the
+    row at its first entry j < i: every later entry is one `skip` would pass over."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
@@ -312,6 +314,10 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
     if skip is None:
         @specialFunction(tag)
         def skip(i: wp.int32, j: wp.int32, h_i: S, q: P, r: P, extra: extraType):
+            return False
+    if stopRow is None:
+        @specialFunction(tag)
+        def stopRow(adj: A, extra: extraType):
             return False
 
     if accumulator is not None:
@@ -348,6 +354,7 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
         h_i = q.supports[i]
         ext, inv = box(dom)
         acc = zero()
+        stop = stopRow(adj, extra)
         # the sum is updated on one path only (`continue` past the pairs it skips): a sum
         # chosen after a branch is a select of the whole accumulator, which a compiler keeps
         # in memory when it is wide
@@ -358,6 +365,8 @@ def _neighborSum(pairTerm, cfg: Configuration, vector: bool, extraType, accumula
                           wp.int64(0))
                 continue
             j = wp.int32(jl)
+            if stop and j < i:  # the rest of the row is the lower part, other rows' pairs
+                break
             if skip(i, j, h_i, q, r, extra):
                 continue
             admitted, x_ij = reference(j, x_i, ext, inv, r)
@@ -647,14 +656,15 @@ def _rowKernel(name: str, cfg: Configuration, pair, X, vector: bool, module: str
 
 
 def _rowReverseKernel(name: str, cfg: Configuration, pair, X, perQuery=None,
-                      module: str = "unique", skip=None):
+                      module: str = "unique", skip=None, stopRow=None):
     """A hand-written reverse kernel with one thread per output element: thread tid is
     (i, k) = divmod(tid, n) with n = F outputs per query (or ``perQuery(F)``, a Warp function
     of the field width); it sums the vector `pair` (which scatters the reference side and
     returns the x_i adjoint) over query i's references and adds the sum to the query
-    positions' adjoint; nothing for a masked query. `X` is the reverse pack's type."""
+    positions' adjoint; nothing for a masked query. `X` is the reverse pack's type; `skip`
+    and `stopRow` as `_neighborSum`'s."""
     P, DOM, C, KS, A, G = _structs(cfg)
-    rowSum = _neighborSum(pair, cfg, True, X, skip=skip)
+    rowSum = _neighborSum(pair, cfg, True, X, skip=skip, stopRow=stopRow)
     admitted = _queryAdmitted(cfg)
 
     def kernel(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -813,6 +823,32 @@ def _pairOnceSkip(cfg: Configuration, extraType=None):
 
 
 @functools.cache
+def _pairOnceStop(cfg: Configuration, extraType=None):
+    """``stopRow(adj, extra) -> bool`` for `_neighborSum`: whether a row of the call's
+    symmetric list may end at its first entry j < i. It may where pairs are taken once
+    (`_pairOnceSkip`'s run-time or configuration flag) and the call's ``adj.lowerTaken``
+    device flag holds (`autograd.arg_extract.lowerTakenFlag`: equal supports, kinds the
+    interaction mode admits on both sides): every entry j < i is then one `_pairOnceSkip`
+    passes over, and a symmetric list holds them after the row's entries j >= i
+    (`AdjacencyList.symmetric`)."""
+    reverse = extraType is None
+    E = structFor("cotangent", cfg.dim, cfg.scalar) if reverse else extraType
+    A = _structs(cfg)[4]
+
+    @specialFunction(("pairOnceStop_" if reverse else "forwardOnceStop_") + cfg.tag)
+    def stopRow(adj: A, extra: E):
+        res = False
+        flag = True
+        if wp.static(reverse):
+            flag = extra.pairsOnce
+        if flag and adj.lowerTaken.shape[0] > 0:
+            res = adj.lowerTaken[0] != 0
+        return res
+
+    return stopRow
+
+
+@functools.cache
 def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
     """The Density's hand-written reverse kernel (`density.densityVJPKernel`) for one
     configuration: the same per-pair adjoint with the specialised (W, G, dW/dh_i, dW/dh_j)
@@ -873,7 +909,8 @@ def _densityVJPKernel(cfg: Configuration, module: str = "unique"):
                     res = densityPairVJP_ij(i, j, r, p, u, Wv, Gv, wh_i, wh_j)
         return res
 
-    rowSum = _neighborSum(pair, cfg, True, X, skip=_pairOnceSkip(cfg))
+    rowSum = _neighborSum(pair, cfg, True, X, skip=_pairOnceSkip(cfg),
+                          stopRow=_pairOnceStop(cfg))
     admitted = _queryAdmitted(cfg)
 
     def densityVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -1015,7 +1052,8 @@ def _gradientVJPKernel(cfg: Configuration, module: str = "unique"):
         return res
 
     return _rowReverseKernel("gradientVJP", cfg, pair, X, module=module,
-                             skip=_pairOnceSkip(cfg) if cfg.valuesOnly else None)
+                             skip=_pairOnceSkip(cfg) if cfg.valuesOnly else None,
+                             stopRow=_pairOnceStop(cfg) if cfg.valuesOnly else None)
 
 
 #: reverse configuration -> its kernel built in a forward + reverse module (`_gradientPair`)
@@ -1718,7 +1756,8 @@ def _momentumKernel(cfg: Configuration):
         return res
 
     rowSum = _neighborSum(pair, cfg, False, XO, M,
-                          _pairOnceSkip(cfg, XO) if cfg.pairsOnce else None)
+                          _pairOnceSkip(cfg, XO) if cfg.pairsOnce else None,
+                          _pairOnceStop(cfg, XO) if cfg.pairsOnce else None)
     admitted = _queryAdmitted(cfg)
 
     def momentum(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -1912,7 +1951,7 @@ def _momentumVJPKernel(cfg: Configuration):
             acc[wp.static(D + 4)] = gmu_i
         return acc
 
-    rowSum = _neighborSum(pair, cfg, False, X, ACC, _pairOnceSkip(cfg))
+    rowSum = _neighborSum(pair, cfg, False, X, ACC, _pairOnceSkip(cfg), _pairOnceStop(cfg))
     admitted = _queryAdmitted(cfg)
 
     def momentumVJP(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
