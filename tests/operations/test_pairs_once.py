@@ -10,7 +10,8 @@ values-only reverse kernels on a symmetric list (`AdjacencyList.symmetric`) of a
   interaction modes over mixed kinds, three support schemes, masses and supports that
   require grad (the Momentum then takes every pair per row), and float32.
 * The Gradient's values-only kernel, four gradient schemes, fluid rows over mixed kinds.
-* The Momentum's forward kernel on the CPU, with calibration and a masking mode.
+* The Momentum's and the Density's forward kernels on the CPU, with calibration and a
+  masking mode.
 * The route is taken (the reverse pack's flag, read by a spy) and gradcheck passes through it.
 """
 
@@ -284,16 +285,18 @@ def test_gradient_values_only_once_equals_per_row(monkeypatch, scheme):
 @pytest.mark.parametrize("direction", [OperationDirection.AllQueriesNonGhostReferences,
                                        OperationDirection.FluidQueriesNonGhostReferences],
                          ids=lambda m: m.name)
-def test_momentum_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction):
-    """The Momentum's forward kernel on the CPU: a pair of equal supports once, row j's
-    term (minus row i's) added to row j's output; every other pair per row."""
+@pytest.mark.parametrize("op", [MOM, DEN], ids=lambda o: o.name)
+def test_forward_once_on_the_cpu_equals_per_row(monkeypatch, direction, op):
+    """The Momentum's and the Density's forward kernels on the CPU: a pair of equal supports
+    once, row j's term (minus row i's for the Momentum, m_i W_ij for the Density) added to
+    row j's output; every other pair per row."""
     taken = _forwardOnceSpy(monkeypatch)
     dom = makeDomain(2, F64, "cpu", periodic=True)
     kinds = torch.tensor([0, 0, 1, 0, 2, 0, 0, 1] * 6, dtype=torch.int32)
     p = _particles(48, 2, F64, 19, kinds)
     adj = radiusSearchCompactHashMap(p, dom, mode=SupportScheme.SuperSymmetric)
-    f = momentumTestField(48, 2, 6, F64)
-    pr = props(MOM, operationMode=direction, calibrateNormalization=True, n_h=2.0)
+    f = momentumTestField(48, 2, 6, F64) if op == MOM else None
+    pr = props(op, operationMode=direction, calibrateNormalization=True, n_h=2.0)
     once = warpOperation(p, pr, dom, queryValues=f, adjacency=adj)
     perRow = warpOperation(p, pr, dom, queryValues=f, adjacency=dataclasses.replace(adj))
     assert taken == [True, False]
@@ -319,7 +322,9 @@ def test_once_on_each_device(monkeypatch, device):
     pr = props(MOM, supportMode=SupportScheme.Gather)
     once = _grads(p, dom, adj, pr, supportGrad=False, massGrad=True)
     perRow = _grads(p, dom, dataclasses.replace(adj), pr, supportGrad=False, massGrad=True)
-    assert taken == [device.type == "cpu", False]
+    # the Density's forward, then the Momentum's, of each route
+    cpu = device.type == "cpu"
+    assert taken == [cpu, cpu, False, False]
     _assertAgree(("positions", "field", "masses"), once, perRow)
 
 
@@ -401,10 +406,11 @@ def test_rows_stop_at_their_lower_part(monkeypatch):
     assert spyM.flags() == [True, False]
     _assertAgree(("positions", "field", "masses"), once, perRow)
     f = momentumTestField(48, 2, 8, F64)
-    forward = [warpOperation(p, props(MOM, operationMode=mode), dom, queryValues=f,
-                             adjacency=a) for a in (adj, dataclasses.replace(adj))]
-    scale = float(forward[1].abs().max())
-    assert float((forward[0] - forward[1]).abs().max()) <= 1e-14 * scale
+    for op, values in ((MOM, f), (DEN, None)):
+        forward = [warpOperation(p, props(op, operationMode=mode), dom, queryValues=values,
+                                 adjacency=a) for a in (adj, dataclasses.replace(adj))]
+        scale = float(forward[1].abs().max())
+        assert float((forward[0] - forward[1]).abs().max()) <= 1e-14 * scale
 
     starts = adj.edgeOffsets.to(torch.int64)
     unordered = adj.j.clone()

@@ -732,18 +732,34 @@ def _forwardOnce(config: dict, cfg: Configuration | None) -> Configuration | Non
 
 @functools.cache
 def _densityKernel(cfg: Configuration, module: str = "unique"):
+    """The Density's forward kernel (`density.densityKernel`) for one configuration; with
+    ``pairsOnce`` (`_forwardOnce`, the CPU) a pair of equal supports is evaluated once by the
+    thread of the smaller index, which adds row j's term m_i W_ji = m_i W_ij to row j's
+    zero-allocated output (as `_momentumKernel`)."""
     D, S = cfg.dim, cfg.scalar
     V = wp.types.vector(length=D, dtype=S)
     P, DOM, C, KS, A, G = _structs(cfg)
     pk = pairKernels(cfg.kernel, cfg.supportMode, D, S)
     X = wp.array(dtype=S)
+    XO = _onceExtra(S) if cfg.pairsOnce else X
+    once = _pairOnceOf(cfg)
 
     @specialFunction("density_" + cfg.tag)
     def pair(i: wp.int32, j: wp.int32, k: wp.int32, F: wp.int32, x_ij: V, h_i: S, q: P, r: P,
-             corr: C, ks: KS, extra: X):
-        return r.masses[j] * pk.W_ij(x_ij, h_i, r.supports[j])
+             corr: C, ks: KS, extra: XO):
+        h_j = r.supports[j]
+        w = pk.W_ij(x_ij, h_i, h_j)
+        if wp.static(cfg.pairsOnce):
+            if once(i, j, h_i, h_j, q, r, True):
+                other = r.masses[i] * w
+                if wp.static(cfg.calibrate):
+                    other = other * ks.normalizationCoefficient
+                wp.atomic_add(extra.out, j, other)
+        return r.masses[j] * w
 
-    rowSum = _neighborSum(pair, cfg, False, X)
+    rowSum = _neighborSum(pair, cfg, False, XO, None,
+                          _pairOnceSkip(cfg, XO) if cfg.pairsOnce else None,
+                          _pairOnceStop(cfg, XO) if cfg.pairsOnce else None)
     admitted = _queryAdmitted(cfg)
 
     def density(queryState: P, referenceState: P, domainState: DOM, useAdjacency: wp.bool,
@@ -752,18 +768,28 @@ def _densityKernel(cfg: Configuration, module: str = "unique"):
         i = wp.tid()
         rho = S(0.0)
         if admitted(queryState.kinds[i]):
+            if wp.static(cfg.pairsOnce):
+                extra = XO()
+                extra.values = referenceState.masses
+                extra.out = out
+            else:
+                extra = referenceState.masses
             rho = rowSum(adjacencyState, gridState, i, 0, 1, queryState, referenceState,
-                         domainState, correctionData, kernelProperties, referenceState.masses)
+                         domainState, correctionData, kernelProperties, extra)
             if wp.static(cfg.calibrate):
                 rho = rho * kernelProperties.normalizationCoefficient
-        out[i] = rho
+        if wp.static(cfg.pairsOnce):  # the earlier rows' terms are in it already
+            out[i] = out[i] + rho
+        else:
+            out[i] = rho
 
     return _kernel(density, "density", cfg, module)
 
 
 def densitySpecialized(config: dict):
-    """`OperatorSpec.specialize` of the Density: every configuration with a known kernel."""
-    cfg = configurationOf(config)
+    """`OperatorSpec.specialize` of the Density: every configuration with a known kernel
+    (pairs taken once where `_forwardOnce` allows)."""
+    cfg = _forwardOnce(config, configurationOf(config))
     return None if cfg is None else _densityKernel(cfg)
 
 
@@ -942,21 +968,22 @@ def densityVJPSpecialized(config: dict):
 
 
 @functools.cache
-def _densityPair(cfg: Configuration):
-    """The Density's forward kernel of `cfg` built in one Warp module with its reverse kernel
-    (as `_gradientPair`): a differentiated call compiles one module instead of two."""
-    module = f"warpSPHCore_densityAndVJP_{cfg.tag}_pair"
+def _densityPair(cfg: Configuration, forward: Configuration):
+    """The Density's forward kernel of `forward` (`cfg`, or `cfg` with ``pairsOnce``) built in
+    one Warp module with the reverse kernel of `cfg` (as `_gradientPair`): a differentiated
+    call compiles one module instead of two."""
+    module = f"warpSPHCore_densityAndVJP_{forward.tag}_pair"
     # both kernels exist before either is launched: a kernel added to a loaded module would
     # rebuild it
     _PAIRED_DENSITY_VJP[cfg] = _densityVJPKernel(cfg, module)
-    return _densityKernel(cfg, module)
+    return _densityKernel(forward, module)
 
 
 def densityPairedSpecialized(config: dict):
     """`ReverseSpec.pairedForward` of the Density: the forward kernel of a call that its
     reverse kernel will differentiate, compiled with it (`_densityPair`)."""
     cfg = configurationOf(config)
-    return None if cfg is None else _densityPair(cfg)
+    return None if cfg is None else _densityPair(cfg, _forwardOnce(config, cfg))
 
 
 @functools.cache
@@ -1719,7 +1746,7 @@ def _momentumKernel(cfg: Configuration):
 
     # with ``pairsOnce`` the pair reads the field and adds row j's term to the output: both
     # arrays travel in one struct (built in the kernel)
-    XO = _momentumOnceExtra(S) if cfg.pairsOnce else X
+    XO = _onceExtra(S) if cfg.pairsOnce else X
     once = _pairOnceOf(cfg)
 
     @specialFunction("momentum_" + cfg.tag)
@@ -1789,11 +1816,12 @@ def _momentumKernel(cfg: Configuration):
 
 
 @functools.cache
-def _momentumOnceExtra(S):
-    """The struct of the Momentum's forward kernel with ``pairsOnce``: the field and the
-    output, which its pair term adds row j's term to."""
+def _onceExtra(S):
+    """The struct of a forward kernel with ``pairsOnce`` (the Momentum's, the Density's): the
+    values its pair reads (the field, the masses) and the output, which its pair term adds
+    row j's term to."""
     fields = {"values": wp.array(dtype=S), "out": wp.array(dtype=S)}
-    name = f"momentumOnceExtra_{'f32' if S == wp.float32 else 'f64'}"
+    name = f"onceExtra_{'f32' if S == wp.float32 else 'f64'}"
     cls = wp.struct(type(name, (), {"__annotations__": fields, "__module__": __name__,
                                     "__qualname__": name}))
     globals()[name] = cls
