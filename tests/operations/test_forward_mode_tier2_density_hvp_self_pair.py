@@ -155,7 +155,9 @@ def test_distinct_reference_set_drops_nothing(tangent):
     distinct = warpOperationHVP(q, PR, dom, v, adjacency=adjR, referenceParticles=r,
                                 tangentReferencePositions=u)
     keep = _keep(q, dom, adj, v, u)
-    assert torch.equal(distinct, keep)
+    # the same pairs; a symmetric list's rows (the self-search's) are in another order, so
+    # the sums agree to rounding
+    assertClose(distinct, keep, 1e-14, 1e-15, "distinct set vs kept self pair")
     drop = warpOperationHVP(q, PR, dom, v, adjacency=adj, tangentReferencePositions=u)
     assert not torch.equal(distinct, drop)
     if tangent == "e0":

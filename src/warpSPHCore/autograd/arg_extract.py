@@ -466,10 +466,20 @@ def _noFlag(device) -> wp.array:
     return a
 
 
+def _lowerTakenView(ref, device) -> wp.array:
+    """The Warp view of a call's `lowerTakenFlag` (a weak reference, or None), or the empty
+    flag (`_noFlag`) where there is none."""
+    flag = None if ref is None else ref()
+    return _noFlag(device) if flag is None else getCachedWarpArray(flag)
+
+
 def _admittedBothSides(mode: int) -> tuple[int, ...] | None:
     """The kind codes `mode` admits both as queries and as references, or None where it
-    admits every kind."""
-    kinds = interactionKinds(mode)
+    admits every kind (none for a value outside the table: it masks everything)."""
+    try:
+        kinds = interactionKinds(mode)
+    except ValueError:
+        return ()
     both = frozenset(int(k) for k in kinds.queries) & frozenset(int(k) for k in kinds.references)
     return None if both >= _ALL_KIND_CODES else tuple(sorted(both))
 
@@ -484,14 +494,16 @@ def lowerTakenFlag(particles, mode: int) -> torch.Tensor:
     interaction mode `mode` admits as a query and as a reference. Then every pair (i, j) with
     j < i is row j's to take for both rows, and since a symmetric list's rows hold their
     references j >= i first, a row can stop at its first j < i instead of testing each entry.
-    Computed on the device (no readback); kept on the supports tensor for its in-place version,
-    the kinds tensor and `mode`, so a simulation that passes the same supports every step
-    computes it once."""
+    Computed on the device (no readback); kept on the supports tensor per mode, for its
+    in-place version and the kinds tensor, so a simulation that passes the same supports
+    every step computes it once per mode (and the supports, a tensor the call saves for
+    backward, keep it alive for the backward pass)."""
     h, kinds = particles.supports, particles.kinds
-    key = (h._version, kinds._version, int(mode))
     kept = getattr(h, _LOWER_TAKEN_ATTR, None)
-    if kept is not None and kept[0] == key and kept[1]() is kinds:
-        return kept[2]
+    entry = None if kept is None else kept.get(int(mode))
+    if (entry is not None and entry[0] == h._version and entry[1]() is kinds
+            and entry[2] == kinds._version):
+        return entry[3]
     with torch.no_grad():
         ok = (h == h[:1]).all()
         codes = _admittedBothSides(mode)
@@ -503,7 +515,10 @@ def lowerTakenFlag(particles, mode: int) -> torch.Tensor:
         flag = ok.to(torch.int32).reshape(1)
     if not _capturing(h.device):  # a tensor a CUDA graph's capture makes is not kept
         try:
-            setattr(h, _LOWER_TAKEN_ATTR, (key, weakref.ref(kinds), flag))
+            if kept is None:
+                kept = {}
+                setattr(h, _LOWER_TAKEN_ATTR, kept)
+            kept[int(mode)] = (h._version, weakref.ref(kinds), kinds._version, flag)
         except (AttributeError, TypeError, RuntimeError):
             pass  # a tensor that refuses attributes: the flag is computed per call
     return flag
@@ -699,9 +714,12 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
     }
     # where pairs are taken once: whether a row may stop at its first j < i (a device flag;
     # not under a torch.func transform, whose wrapped tensors it would not see through)
+    # the build function keeps a weak reference: a graph node holds no tensor but its saved
+    # ones, and the supports (saved) keep the flag alive; a flag gone is a row traversed whole
     lowerTaken = None
-    if config["pairsOnce"] and q.supports.shape[0] > 0 and not torch._C._are_functorch_transforms_active():
-        lowerTaken = lowerTakenFlag(q, props.operationMode)
+    if (config["pairsOnce"] and q.supports.shape[0] > 0
+            and not torch._C._are_functorch_transforms_active()):
+        lowerTaken = weakref.ref(lowerTakenFlag(q, props.operationMode))
     particleT = structFor("particle", d, s)
     correctionT = structFor("correction", d, s)
     domainT = structFor("domain", d, s)
@@ -733,8 +751,7 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         adj = mk(adjacencyData, "adjacency", {
             "neighborList": a[_ADJ_LIST], "neighborOffsets": a[_ADJ_OFFSETS],
             "numNeighbors": a[_ADJ_NUM], "errors": errors, "site": site,
-            "lowerTaken": (_noFlag(device) if lowerTaken is None
-                           else getCachedWarpArray(lowerTaken))})
+            "lowerTaken": _lowerTakenView(lowerTaken, device)})
         grid = mk(gridT, "grid", {
             "sortIndex": a[_GRID_SORT], "qMin": a[_GRID_QMIN], "qMax": a[_GRID_QMAX],
             "numCells": a[_GRID_NUMCELLS],
