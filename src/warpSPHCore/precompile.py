@@ -43,7 +43,8 @@ def _specializedModules(operators, dims, scalars, kernels, device) -> list:
     """The specialised Density/Gradient kernels (`operators._specialized`: the Gradient's
     forward, reverse and forward-mode kernels) of the default call configuration (Gather
     supports, interaction mode AllQueriesNonGhostReferences, no calibration, CSR and grid;
-    Naive gradient scheme; densities, no grad-h or volumes) for each smoothing kernel in
+    Naive gradient scheme; densities, no grad-h or volumes; on the CPU also the Density that
+    takes a symmetric list's pairs once) for each smoothing kernel in
     `kernels`, dimension and scalar type, as a call on `device` picks them (the Gradient's
     forward kernel takes a row per thread on the CPU with a CSR list)."""
     sp = _specialized
@@ -58,6 +59,11 @@ def _specializedModules(operators, dims, scalars, kernels, device) -> list:
                                            csr, False)
                     if "Density" in wanted:
                         out.append(sp._densityKernel(cfg).module)
+                        if csr and not device.is_cuda:
+                            # a symmetric list's pairs once (`_specialized._forwardOnce`):
+                            # what a call through the library's own search picks on the CPU
+                            once = dataclasses.replace(cfg, pairsOnce=True)
+                            out.append(sp._densityKernel(once).module)
                     if "Gradient" in wanted:
                         config = dict(deviceType="cuda" if device.is_cuda else "cpu",
                                       useAdjacency=csr, useGradHTerms=False, useVolume=False,
