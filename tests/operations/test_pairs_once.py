@@ -330,48 +330,57 @@ def test_once_on_each_device(monkeypatch, device):
 
 def _assertRowsPartitioned(adj):
     """Every row of `adj` holds its references j >= i before those j < i."""
-    counts = adj.numNeighbors.to(torch.int64)
+    counts = adj.numNeighbors.to(torch.int64).cpu()
     rows = torch.repeat_interleave(torch.arange(adj.numRows), counts)
-    lower = (adj.j < rows).to(torch.int64)
+    lower = (adj.j.cpu() < rows).to(torch.int64)
     # within a row the lower flag never falls: a row's entries, in order, are 0...0 1...1
     same = rows[1:] == rows[:-1]
     assert not bool((same & (lower[1:] < lower[:-1])).any())
 
 
-def test_symmetric_rows_hold_their_lower_references_last():
+def _rowsFlipped(adj) -> torch.Tensor:
+    """`adj.j` with every row in reverse order (lower references first, where any)."""
+    starts = adj.edgeOffsets.to(torch.int64).cpu()
+    j = adj.j.cpu().clone()
+    for r in range(adj.numRows):
+        s, n = int(starts[r]), int(adj.numNeighbors[r])
+        j[s:s + n] = j[s:s + n].flip(0)
+    return j.to(adj.j.device)
+
+
+def test_symmetric_rows_hold_their_lower_references_last(device):
     """What a symmetric list promises of its rows (`AdjacencyList.symmetric`), for each
-    builder: the search (plain and with scenes), a Verlet list and its filtered copy, and a
-    restart of a list whose rows were not in that order (a file written before it was kept):
-    the same pairs, reordered; a list already in that order is left as it is."""
-    dom = makeDomain(2, F64, "cpu", periodic=True)
-    p = dataclasses.replace(_particles(60, 2, F64, 29), supports=torch.full((60,), 0.5,
-                                                                             dtype=F64))
+    builder on each device: the search (plain and with scenes), a Verlet list and its
+    filtered copy, and a restart of a list whose rows were not in that order (a file written
+    before it was kept): the same pairs, reordered; a list already in that order is left as
+    it is."""
+    dom = makeDomain(2, F64, device, periodic=True)
+    p = _particles(60, 2, F64, 29)
+    p = ParticleState(p.positions.to(device), torch.full((60,), 0.5, dtype=F64, device=device),
+                      p.masses.to(device), p.kinds.to(device), p.densities.to(device))
     adj = radiusSearchCompactHashMap(p, dom)
     verlet = buildVerletList(p, dom, verletScale=1.2)
     moved = dataclasses.replace(p, positions=p.positions + 1e-3)
-    scenes = dataclasses.replace(p, scenes=(torch.arange(60) % 3).to(torch.int32))
+    scenes = dataclasses.replace(p, scenes=(torch.arange(60, device=device) % 3).to(torch.int32))
     lists = [adj, verlet, filterVerletList(moved, dom, verlet),
              radiusSearchCompactHashMap(scenes, dom)]
     for a in lists:
         assert a.symmetric
         _assertRowsPartitioned(a)
         assert bool((a.j < a.i).any())  # both parts occur
-    # a restart file whose rows are in the search's traversal order
+    # a restart file whose rows are in another order
     state = adjacencyStateDict(adj)
-    starts = adj.edgeOffsets.to(torch.int64)
-    shuffled = adj.j.clone()
-    for r in range(adj.numRows):
-        s, n = int(starts[r]), int(adj.numNeighbors[r])
-        shuffled[s:s + n] = shuffled[s:s + n].flip(0)
+    shuffled = _rowsFlipped(adj)
     state["j"] = shuffled
-    restored = adjacencyFromStateDict(state, "cpu")
+    restored = adjacencyFromStateDict(state, device)
     assert restored.symmetric
     _assertRowsPartitioned(restored)
+    starts = adj.edgeOffsets.to(torch.int64).cpu()
     for r in range(adj.numRows):
         s, n = int(starts[r]), int(adj.numNeighbors[r])
         assert sorted(restored.j[s:s + n].tolist()) == sorted(adj.j[s:s + n].tolist())
     assert torch.equal(state["j"], shuffled)  # the file's tensor is not changed
-    assert torch.equal(adjacencyFromStateDict(adjacencyStateDict(adj), "cpu").j, adj.j)
+    assert torch.equal(adjacencyFromStateDict(adjacencyStateDict(adj), device).j, adj.j)
 
 
 def test_rows_stop_at_their_lower_part(monkeypatch):
@@ -412,13 +421,8 @@ def test_rows_stop_at_their_lower_part(monkeypatch):
         scale = float(forward[1].abs().max())
         assert float((forward[0] - forward[1]).abs().max()) <= 1e-14 * scale
 
-    starts = adj.edgeOffsets.to(torch.int64)
-    unordered = adj.j.clone()
-    for r in range(adj.numRows):
-        s, n = int(starts[r]), int(adj.numNeighbors[r])
-        unordered[s:s + n] = unordered[s:s + n].flip(0)
     with trustedConstruction():
-        wrong = AdjacencyList(adj.i, unordered, adj.numNeighbors, adj.edgeOffsets, adj.numRows,
-                              adj.numCols, symmetric=True)
+        wrong = AdjacencyList(adj.i, _rowsFlipped(adj), adj.numNeighbors, adj.edgeOffsets,
+                              adj.numRows, adj.numCols, symmetric=True)
     bad = _grads(p, dom, wrong, pr, supportGrad=False, massGrad=True)
     assert float((bad[0] - perRow[0]).abs().max()) > 1e-3 * float(perRow[0].abs().max())

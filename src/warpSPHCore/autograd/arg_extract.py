@@ -713,9 +713,9 @@ def extractStateInfo(queryParticles, operationProperties, domain, queryVolumes=N
         "pairsOnce": bool(mirrored and useAdjacency and adjacency.symmetric),
     }
     # where pairs are taken once: whether a row may stop at its first j < i (a device flag;
-    # not under a torch.func transform, whose wrapped tensors it would not see through)
-    # the build function keeps a weak reference: a graph node holds no tensor but its saved
-    # ones, and the supports (saved) keep the flag alive; a flag gone is a row traversed whole
+    # not under a torch.func transform, whose wrapped tensors it would not see through). The
+    # build function keeps a weak reference (a graph node holds no tensor but its saved ones;
+    # the saved supports keep the flag alive); a flag gone means rows traversed whole.
     lowerTaken = None
     if (config["pairsOnce"] and q.supports.shape[0] > 0
             and not torch._C._are_functorch_transforms_active()):

@@ -149,10 +149,10 @@ class VerletNeighbours:
 
         Wrapping is a function of the positions alone, and a step places the same positions
         twice (its rate evaluation places the drifted state, and the step's result carries
-        the drifted positions): without an open boundary the last call's input and output
-        are remembered (weakly, with their in-place versions), so positions seen last come
-        back as the tensor they gave then, and positions this policy returned are returned
-        as they are."""
+        the drifted positions): without an open boundary the last call's input (weakly) and
+        output are kept with their in-place versions until the next call, so positions seen
+        last come back as the tensor they gave then, and positions this policy returned are
+        returned as they are."""
         if self.openBoundary is not None or isinstance(state, torch.Tensor):
             return self._place(state)
         x = state.positions
