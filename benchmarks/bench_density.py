@@ -5,7 +5,7 @@
    neighbours, CSR list): `warpOperation(Density)` without grad vs one `wp.launch` of
    `lean.leanDensity` (the sum m_j W(x_ij, h_i) written out by hand: plain arrays, Wendland2
    written out, dimension and scalar type fixed; `benchmarks/lean.py`) with prebuilt arrays.
-   Target (issue 15): ratio <= 1.3. Also shown: `floorDensity`, the same sum built from the
+   Target: ratio <= 1.3. Also shown: `floorDensity`, the same sum built from the
    library's generic kernel functions (kernel-id dispatch, `computeDistanceVec`).
 2. Call overhead, 2D N = 256, repeated calls on the same tensors: `warpOperation` vs one bare
    `wp.launch` of the lean kernel with prebuilt arrays. Target: ratio <= 2. The bridged call

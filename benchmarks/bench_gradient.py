@@ -12,7 +12,7 @@ the library-function floor and a pure-torch edge-list implementation, same CSR, 
    * lean: `lean.leanGradient`, the same sum written out by hand (plain arrays, Wendland2
      written out, dimension and scalar type fixed; `benchmarks/lean.py`), recorded on a
      `wp.Tape` whose `backward` (Warp's generated adjoint) gives the same two gradients. This
-     is the floor of the targets (issue 15): forward <= 1.3x, forward + backward <= 1.5x;
+     is the floor of the targets: forward <= 1.3x, forward + backward <= 1.5x;
    * libfloor: `floorGradient`, the same sum built from the library's generic kernel
      functions (`sphKernelGradient` with its kernel-id dispatch, `computeDistanceVec`), on a
      tape: what a user writing a kernel with the library's building blocks gets;

@@ -1,4 +1,4 @@
-"""Forward-mode benchmark (`make bench`, issue 5): the Gradient's geometry JVP against our own
+"""Forward-mode benchmark (`make bench`): the Gradient's geometry JVP against our own
 primal and torch forward-mode AD over a pure-torch edge list, same CSR, same run.
 
 2D 16384 (jittered periodic lattice, Wendland2, ~50 neighbours, CSR), a scalar field, Naive

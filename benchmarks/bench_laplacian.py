@@ -1,4 +1,4 @@
-"""Consistent Laplacian benchmark (`make bench`, issue 18): the first-order-consistent
+"""Consistent Laplacian benchmark (`make bench`): the first-order-consistent
 Laplacian and Hessian (`corrections.consistentLaplacian`, `consistentHessian`) against
 Brookshaw's Laplacian, same particles, same neighbour list, same run.
 
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
     print("ratio: to the Brookshaw forward (fwd+bwd rows: to Brookshaw's fwd+bwd)")
     for n in names:
         c = results["cases"][n]
-        print(f"issue 18 target, {n}: consistentLaplacian forward (state given) / Brookshaw "
+        print(f"target, {n}: consistentLaplacian forward (state given) / Brookshaw "
               f"forward = {c['target_ratio']:.2f} (target <= {TARGET:g}: "
               f"{'met' if c['target_met'] else 'NOT met'}); state rebuilt every call: "
               f"{(c['ms']['consistent'] + c['ms']['state']) / c['ms']['brookshaw']:.1f}x; "

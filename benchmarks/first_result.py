@@ -1,4 +1,4 @@
-"""Time to a first result (issue 15): one process, from interpreter start, through
+"""Time to a first result: one process, from interpreter start, through
 
 1. ``import warpSPHCore``,
 2. a neighbour search (``radiusSearchCompactHashMap``, Gather),
@@ -122,7 +122,7 @@ def sequence(device_name: str, dtype_name: str, side: int) -> dict:
 def leanSequence(device_name: str, dtype_name: str, side: int) -> dict:
     """The same four steps with lean hand-written Warp kernels (`benchmarks/lean.py`: a
     brute-force CSR search, Density, Gradient forward + backward on a `wp.Tape`), importing
-    only torch and Warp: the floor of issue 15's cold-start target."""
+    only torch and Warp: the floor of the cold-start target."""
     steps: dict[str, float] = {}
     t = time.perf_counter()
     import torch
@@ -205,7 +205,7 @@ def main() -> int:
             print(f"{k:28s} {ours['steps_s'][k]:8.2f} {lean['steps_s'][k]:8.2f}")
         ratio = ours["steps_s"]["total_from_process_start"] / \
             lean["steps_s"]["total_from_process_start"]
-        print(f"ours / lean (total): {ratio:.2f}   (issue 15 targets: ours <= 30 s, "
+        print(f"ours / lean (total): {ratio:.2f}   (targets: ours <= 30 s, "
               "ratio <= 1.5)")
         if args.json:
             Path(args.json).write_text(json.dumps({"ours": ours, "lean": lean,

@@ -1,4 +1,4 @@
-"""Lean hand-written Warp kernels: the throughput floors of `make bench` (issue 15).
+"""Lean hand-written Warp kernels: the throughput floors of `make bench`.
 
 A floor says how far an operator is from what the hardware allows, so it is written the way
 a performance-minded user would write the one case by hand: plain arrays (no structs), the
@@ -14,7 +14,7 @@ no support schemes, no index checks, no calibration.
 * `leanGradientValuesVJP(D, S)`: the hand-written adjoint of the Gradient w.r.t. the
   values alone, df_j += (m_j / rho_j) u_i . grad W(x_ij, h_i) (the floor of a backward
   asked only for d/d values).
-* `leanMomentum(D, S)`:  the Momentum operator's (F_i, B_i) (issue 16): w = V_i^2 + V_j^2,
+* `leanMomentum(D, S)`:  the Momentum operator's (F_i, B_i): w = V_i^2 + V_j^2,
   F_i = sum_j w [-p~_ij G + mu_ij (x_ij . G) / r^2 u_ij + 1/2 (A_i + A_j) . G],
   B_i = sum_j w G, with p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j),
   mu_ij = 2 mu_i mu_j / (mu_i + mu_j), (A . G) = rho u ((u~ - u) . G); forward only.

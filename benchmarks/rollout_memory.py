@@ -1,5 +1,4 @@
-"""Peak memory of a 1,000-step reverse pass through `fluids.rollout`, plain and checkpointed
-(issue 16, item 4).
+"""Peak memory of a 1,000-step reverse pass through `fluids.rollout`, plain and checkpointed.
 
 The rollout: a weakly compressible flow of ``--side``^2 particles (default 100) on a jittered
 lattice of the periodic unit square, float64, Taylor-Green velocities, summation density (a

@@ -85,7 +85,7 @@ step census 25 $PY scripts/benchmarks/count_host_syncs.py --device "$DEV"
 step fluids 120 $PY scripts/benchmarks/fluids_device.py --device "$DEV" --json "$W/fluids.json"
 # 64 scenes of 225 particles as one batch against one after another (the GPU speedup)
 step scenes 90 $PY benchmarks/bench_scenes.py --device "$DEV" --sequential 4 --repeats 2 --json "$W/scenes.json"
-# issue 17 on one GPU: gloo with CUDA tensors (NCCL needs a GPU per rank), 2 ranks, 2D
+# the distributed check on one GPU: gloo with CUDA tensors (NCCL needs a GPU per rank), 2 ranks, 2D
 step distributed 120 $PY -m warpSPHCore distributed-check --nproc 2 --dims 2 --device "$DEV" --json "$W/distributed.json"
 # a simulation across two ranks on CUDA tensors, against the same run in one process
 step distributed-tgv 90 bash -c "$PY -m warpSPHCore run tgv --n 24 --relax 0 --t 0.05 --device $DEV --quiet --out $W/tgv-one && $PY -m warpSPHCore run tgv --n 24 --relax 0 --t 0.05 --device $DEV --nproc 2 --rebalance 2 --quiet --out $W/tgv-two"

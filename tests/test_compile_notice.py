@@ -1,4 +1,4 @@
-"""A first run that speaks (issue 15, point 4): before Warp compiles one of the library's
+"""A first run that speaks: before Warp compiles one of the library's
 modules on a device, one line on stderr says what, for which device, that it happens once
 and where the cache is; nothing when the binary is cached; `warpsph precompile` warms the
 cache (util/compileNotice)."""

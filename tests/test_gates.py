@@ -1,4 +1,4 @@
-"""Environment gates are read once (`util.gates`, issue 15): changing a variable after import
+"""Environment gates are read once (`util.gates`): changing a variable after import
 has no effect until `refreshGates()`; the test suite's monkeypatch refreshes them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Study (issue 18): convergence of SPH Laplacians on jittered particles, Brookshaw (plain and
+"""Study: convergence of SPH Laplacians on jittered particles, Brookshaw (plain and
 renormalized, the library's LaplacianScheme.Brookshaw) vs the first-order-consistent scheme
 with the Fatehi & Manzari (2011, Comput. Math. Appl. 61: 482-498) structure, computed with the
 float64 NumPy reference `tests/operations/consistent_laplacian_reference.py` (its docstring

@@ -1,4 +1,4 @@
-"""Study (issue 16): the transport-velocity formulation on the Taylor-Green vortex, written as
+"""Study: the transport-velocity formulation on the Taylor-Green vortex, written as
 torch edge sums over the library's neighbour list, to choose what the fused momentum
 operator must compute before it is written as a Warp kernel.
 

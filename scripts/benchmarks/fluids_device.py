@@ -1,5 +1,5 @@
-"""The fluids cases on a device (issue 16: "TGV and dam break on cuda:0, time per step at 2,500
-and 1M particles"), for `make gpu-check` (scripts/gpu_check.sh) and, with ``--device cpu
+"""The fluids cases on a device (the TGV and the dam break on cuda:0, time per step at 2,500
+and 1M particles), for `make gpu-check` (scripts/gpu_check.sh) and, with ``--device cpu
 --tiny``, for a quick check here.
 
 1. `warpsph run tgv` at 50 x 50 (2,500 particles) to a short end time on the device: its

@@ -45,7 +45,7 @@ def test_accuracy_part(tmp_path):
     assert r["linearMaxError"]["renormalized"] < 1e-10
     assert r["linearMaxError"]["plain"] > 1e-3
     assert "| gradient | CRK |" in r["report"]
-    # the consistent Laplacian (issue 18): order >= 1 on the jittered lattices, below
+    # the consistent Laplacian: order >= 1 on the jittered lattices, below
     # Brookshaw's error; quadratics to rounding; the heat equation solved more accurately
     lap = r["errors"]["Laplacian"]
     assert o["Laplacian"]["consistent"] >= 1.0, o["Laplacian"]

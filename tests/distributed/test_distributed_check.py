@@ -1,4 +1,4 @@
-"""Issue 17 acceptance: every operator (plain and with volumes, CRK, renormalization,
+"""Acceptance: every operator (plain and with volumes, CRK, renormalization,
 grad-h), its position and value gradients and its JVPs (dual tensors and
 `warpOperationJVP`), and the Density HVP, on 2 and 4 gloo ranks equal one process to 1e-12
 relative; a 20-step rollout with migration every step and one rebalance equals one process

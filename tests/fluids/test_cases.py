@@ -135,7 +135,7 @@ def test_taylor_green_tiny_run(tmp_path):
 def test_registry_and_config():
     case = CASES["tgv"]
     assert case.run is tgv.run and case.config is tgv.TaylorGreenConfig
-    c = case.config()  # the acceptance size of issue 16
+    c = case.config()  # the acceptance size
     assert (c.n, c.t, c.relax, c.support, c.re, c.pb) == (50, 1.0, 600, 4.0, 100.0, 1.0)
     assert c.threads == 1
     with pytest.raises(ValueError, match="half the box"):

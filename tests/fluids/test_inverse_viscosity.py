@@ -1,4 +1,4 @@
-"""The inverse problem over a rollout (`demo.viscosity`, issue 16 item 6) at its tiny size: the
+"""The inverse problem over a rollout (`demo.viscosity`) at its tiny size: the
 reverse-mode gradient through the whole checkpointed rollout agrees with a central
 difference, and L-BFGS moves nu from 0.03 most of the way to the true 0.01."""
 

@@ -127,7 +127,7 @@ def test_csr_traversal_clamps_corrupted_rows(device, dtype):
     launch(csrVisitKernel, dim=12, inputs=[makeAdjacencyData(adj)], outputs=[toWarp(visits)],
            device=device)
     assert int(visits.sum()) >= 0  # completed without a fault
-    # ... and the clamped rows were recorded (issue 14)
+    # ... and the clamped rows were recorded
     with pytest.raises(NeighborListError, match=r"query row \d+ has edgeOffsets\[\d+\] = "
                        r"-?\d+ and numNeighbors\[\d+\] = -?\d+, outside the edge list"):
         checkErrors(device)

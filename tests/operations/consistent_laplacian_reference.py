@@ -1,5 +1,5 @@
 r"""Independent float64 NumPy reference for a first-order-consistent SPH Laplacian and Hessian
-(groundwork for issue 18, "Second derivatives that converge").
+(groundwork for the consistent second derivatives).
 
 Not a test file: the tests (`test_consistent_laplacian_reference.py`) and the study
 (`benchmarks/studies/consistent_laplacian_study.py`) import it; the future Warp operator's

@@ -1,4 +1,4 @@
-"""Call plans (`autograd.callPlan`, issue 15): a repeated no-grad call on the same objects in
+"""Call plans (`autograd.callPlan`): a repeated no-grad call on the same objects in
 the same state is recorded on its second sight and replayed from the third; every change that could change the launch (an
 in-place write, a reassigned state field, a tensor that now requires grad, a changed
 setting) takes the full path again. Results are bitwise those of the full path, outputs are

@@ -1,4 +1,4 @@
-"""The consistent Laplacian and Hessian (issue 18, `corrections.consistentLaplacian`).
+"""The consistent Laplacian and Hessian (`corrections.consistentLaplacian`).
 
 They are checked against:
 

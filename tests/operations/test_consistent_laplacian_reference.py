@@ -1,4 +1,4 @@
-"""The float64 reference for issue 18's consistent second derivatives
+"""The float64 reference for the consistent second derivatives
 (`consistent_laplacian_reference.py`): its kernel and conventions against the library, the
 exactness of the consistent Hessian/Laplacian for quadratic fields (1D/2D/3D, jittered
 lattices with jitter 0.3 dx, free boundaries and periodic seams), Brookshaw's failure on the

@@ -1,4 +1,4 @@
-"""Forward mode of `LaplacianScheme.Consistent` (issue 18): `warpOperationJVP` with
+"""Forward mode of `LaplacianScheme.Consistent`: `warpOperationJVP` with
 geometry, volume, value and state tangents against J v (reverse mode) and central
 differences, the dual-tensor route (live tangents on the appended B and gamma slots too)
 against the explicit route, and a state tangent alone against the scheme on (dB, dgamma)

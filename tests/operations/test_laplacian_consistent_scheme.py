@@ -1,4 +1,4 @@
-"""`LaplacianScheme.Consistent` as a registry scheme of `warpOperation` (issue 18).
+"""`LaplacianScheme.Consistent` as a registry scheme of `warpOperation`.
 
 The scheme's pair term is ``q_ij G_ij . (B_i x_ij / D^2 - gamma_i)`` with the per-query
 ``B`` and ``gamma`` of a `LaplacianCorrectionState` (two appended flat slots). Its numerics

@@ -1,4 +1,4 @@
-"""Momentum (`operators.momentum`, issue 16): the fused pressure + viscosity +
+"""Momentum (`operators.momentum`): the fused pressure + viscosity +
 transport-velocity momentum rate.
 
 * forward values against an independent float64 NumPy brute force over every pair, written

@@ -1,4 +1,4 @@
-"""Per-configuration specialised kernels (`operators._specialized`, issue 15) against the
+"""Per-configuration specialised kernels (`operators._specialized`) against the
 generic kernels they stand in for, over a covering subset of the configuration product:
 every smoothing kernel, support scheme, dimension, scalar type, traversal, kind-mode class,
 calibration and periodicity appears at least once with each specialised operator (Density,

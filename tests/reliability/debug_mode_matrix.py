@@ -2,7 +2,7 @@
 accesses, `wp.config.mode = "debug"`, set before any kernel module loads), then every operator
 once on a CSR list and a grid, one JVP per operator, the Density HVP, the correction builders
 and the neighbour search, in 2D float64 on a small cloud; then the same on corrupted
-structures (issue 14: a list changed in place after the search -- neighbour indices past
+structures (a list changed in place after the search -- neighbour indices past
 N_r and negative, a row past the edge list, a negative row start -- and a grid with a
 corrupted sorted index), each of which must be skipped, never read out of bounds, and
 reported by `checkErrors()`. Prints OK at the end; an out-of-bounds access aborts the process
@@ -81,7 +81,7 @@ def main():
     print(f"OK {count} operator calls")
     checkErrors()
 
-    # corrupted structures (issue 14)
+    # corrupted structures
     from warpSPHCore.dataTypes.adjacency import trustedConstruction
 
     with trustedConstruction():

@@ -1,7 +1,7 @@
 """Bounds-checked run (issue "Reliability"): `debug_mode_matrix.py` runs every operator
 (CSR list and grid, forward and backward), one JVP per operator, the Density HVP, the
 correction builders and the neighbour search under Warp's debug mode -- on valid structures,
-then on corrupted ones (indices outside the sets, rows past the edge list; issue 14) -- in
+then on corrupted ones (indices outside the sets, rows past the edge list) -- in
 which every array
 access is bounds-checked and an out-of-bounds index aborts the process. The test runs it in
 a subprocess with its own kernel cache (debug builds differ from release builds) and requires

@@ -1,4 +1,4 @@
-"""Neighbour structures with indices outside the particle sets (issue 14).
+"""Neighbour structures with indices outside the particle sets.
 
 * A list from the library's search, changed in place afterwards (``adj.j[0] = 10 * N``, a row
   range past the edge list), and a grid whose sorted index is changed: every operator,
