@@ -10,7 +10,7 @@ no support schemes, no index checks, no calibration.
 * `leanDensity(D, S)`:   rho_i = sum_j m_j W(x_ij, h_i)
 * `leanGradient(D, S)`:  out_i = sum_j f_j (m_j / rho_j) grad W(x_ij, h_i)  (Naive scheme,
   scalar field), with Warp's generated adjoint for ``wp.Tape`` (the neighbour loop lives in
-  its own function and only accumulates, so the adjoint is exact: warp-pitfalls W3, W71).
+  its own function and only accumulates, so the adjoint is exact).
 * `leanGradientValuesVJP(D, S)`: the hand-written adjoint of the Gradient w.r.t. the
   values alone, df_j += (m_j / rho_j) u_i . grad W(x_ij, h_i) (the floor of a backward
   asked only for d/d values).
@@ -19,7 +19,7 @@ no support schemes, no index checks, no calibration.
   B_i = sum_j w G, with p~_ij = (rho_j p_i + rho_i p_j) / (rho_i + rho_j),
   mu_ij = 2 mu_i mu_j / (mu_i + mu_j), (A . G) = rho u ((u~ - u) . G); forward only.
 
-Wendland2 for d >= 2 (`kernels.md` §3): W = C_d (1 - q)^4 (1 + 4 q) / h^d and
+Wendland2 for d >= 2: W = C_d (1 - q)^4 (1 + 4 q) / h^d and
 grad W = -20 C_d (1 - q)^3 x_ij / h^(d+2) for q = |x_ij| / h <= 1.
 
 `LeanRunner` holds the prebuilt Warp views of one case and launches these kernels.
@@ -36,7 +36,7 @@ import warp as wp
 __all__ = ["leanDensity", "leanGradient", "leanGradientValuesVJP", "leanMomentum", "leanSearch",
            "LeanRunner"]
 
-#: Wendland2 normalisation C_d for d = 1, 2, 3 (kernels.md §3), written out so that this
+#: Wendland2 normalisation C_d for d = 1, 2, 3, written out so that this
 #: module needs nothing of the library (the cold-start baseline imports only torch and Warp)
 _C_D = (5.0 / 4.0, 7.0 / math.pi, 21.0 / (2.0 * math.pi))
 

@@ -1,5 +1,4 @@
-"""Every Warp launch reachable from a differentiable pipeline goes through the bridge
-(pitfall W33): `wp.launch` appears only in `autograd/launcher.py` and in the
+"""Every Warp launch reachable from a differentiable pipeline goes through the bridge: `wp.launch` appears only in `autograd/launcher.py` and in the
 non-differentiable launch helper `util/warpContext.launch`, which only the neighbour search
 uses."""
 

@@ -1,4 +1,4 @@
-"""Whole-repository host-sync census (`autodiff.md` §15.2): every device->host readback or
+"""Whole-repository host-sync census: every device->host readback or
 synchronisation of one simulated SPH step, per ``file:line (function)`` site, per call.
 
 The step (a jittered periodic 2D lattice, Wendland2, float32 by default):

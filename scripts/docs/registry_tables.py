@@ -8,7 +8,7 @@ The tables live in the Markdown pages between marker comments::
 
 with NAME one of ``outputs`` (formula and output per operator), ``shapes`` (the output
 shape of scalar, vector and matrix fields in 1D/2D/3D, computed by each entry's shape rule),
-``corrections`` (the acceptance matrix, `operators.md` §5), ``corrections:<Operator>`` (one
+``corrections`` (the acceptance matrix), ``corrections:<Operator>`` (one
 operator's row), ``scheme-states`` (the per-query states one option value needs, the
 consistent Laplacian's), ``jvp-scope`` (the forward-mode scope: which tangents each
 operator's JVP accepts),

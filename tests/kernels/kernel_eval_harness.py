@@ -1,7 +1,7 @@
 """Test harness: ONE forward-only Warp kernel that evaluates every Warp-level kernel
 quantity for a batch of rows, and ONE differentiable "loss" kernel for Warp-tape adjoints.
 
-Compile budget (testing.md §17): the forward kernel lives in this module with
+Compile budget: the forward kernel lives in this module with
 ``enable_backward=False``; the loss kernel lives in `kernel_tape_harness` (backward on).
 All six (d, dtype) overloads of each kernel are registered up front with `wp.overload`, so
 each module compiles once instead of once per newly seen overload.
@@ -58,7 +58,7 @@ from warpSPHCore.kernels import (
 from warpSPHCore.util.warpContext import warpDevice
 
 # Forward-only, and -O0: this module is compiled cold by every fresh checkout and the
-# tested arithmetic does not depend on the optimisation level (testing.md §17).
+# tested arithmetic does not depend on the optimisation level.
 wp.set_module_options({"enable_backward": False, "optimization_level": 0})
 
 # scalar output slots

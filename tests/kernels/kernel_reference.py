@@ -13,7 +13,7 @@ import numpy as np
 
 PI = math.pi
 
-# KernelFunctions values (kernels.md §1)
+# KernelFunctions values
 W2, W4, W6 = 0, 1, 2
 POLY6, SPIKY = 20, 21
 CUBIC, QUARTIC, QUINTIC, B8, B7, HOCT4, GAUSSIAN = 30, 31, 32, 33, 34, 35, 36
@@ -216,7 +216,7 @@ def shape(kernel, d, q):
     raise ValueError(kernel)
 
 
-# --- single-support quantities (kernels.md §2, §5), x: [n, d], h: [n] ---------------------
+# --- single-support quantities, x: [n, d], h: [n] ---------------------
 
 
 def radial(kernel, d, x, h):
@@ -286,7 +286,7 @@ def thirdDerivative(kernel, d, x, h):
 
 
 def laplacian(kernel, d, x, h, eps=1e-15):
-    """s k2 + t k1 (§5.4), 0 for q < eps or q > 1; with its x- and h-derivatives."""
+    """s k2 + t k1, 0 for q < eps or q > 1; with its x- and h-derivatives."""
     r, q, k = radial(kernel, d, x, h)
     ks = shape(kernel, d, np.where(q <= 1, q, 0.5))
     C = C_D[kernel][d - 1]
@@ -311,7 +311,7 @@ def laplacian(kernel, d, x, h, eps=1e-15):
     return lap, grad, dh
 
 
-# --- pairwise support (kernels.md §6) -----------------------------------------------------
+# --- pairwise support -----------------------------------------------------
 
 
 def pairSupport(mode, hi, hj):

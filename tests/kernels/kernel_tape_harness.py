@@ -5,7 +5,7 @@ Per row it evaluates the loss
 over the scalar, vector and matrix quantities listed in `S_TERMS`, `V_TERMS`, `M_TERMS`, and
 `adjoints` returns dL_i / d(x, h, hj, dx, dh, dhj) from `wp.Tape`. A test selects one
 quantity by giving it a non-zero weight. All six (d, dtype) overloads are registered up
-front so the module compiles once (testing.md §17).
+front so the module compiles once.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from warpSPHCore.kernels import (
 )
 from warpSPHCore.util.warpContext import warpDevice
 
-# -O0: compiled cold by every fresh checkout (testing.md §17).
+# -O0: compiled cold by every fresh checkout.
 wp.set_module_options({"enable_backward": True, "optimization_level": 0})
 
 S_TERMS = "W dWdh lap jvpW lapJVP W_ij jvpW_ij lap_ij lapJVP_ij dWdh_ij jvpWPos_ij".split()

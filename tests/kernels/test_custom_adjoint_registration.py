@@ -1,4 +1,4 @@
-"""The custom adjoints of grad W and d(grad W)/dh (`kernels.evaluation`, pitfalls W13/W14)
+"""The custom adjoints of grad W and d(grad W)/dh (`kernels.evaluation`)
 are registered on first need, not at import (``@wp.func_grad`` builds the whole
 kernel-id dispatch of each of the twelve overloads, about a second of the import). Each check
 runs in a fresh interpreter, so nothing registered by another test can hide a missed path:

@@ -1,4 +1,4 @@
-"""Density self-term correction (`kernels.md` §10, `testing.md` §9).
+"""Density self-term correction.
 
 The reference is an independent float64 NumPy evaluation of
 ρ_corr = ρ − ε100 (N_H/100)^(−α) m C_d k(0) / h^d with N_H = V_d h^d ρ / m.

@@ -1,4 +1,4 @@
-"""Warp-tape adjoints of the kernel layer (`kernels.md` §5.5; pitfalls W13, W14).
+"""Warp-tape adjoints of the kernel layer.
 
 * At coincident points (r = 0) the custom adjoint of grad W returns the closed-form
   H(0) = k2(0) I (x) and d(grad W)/dh(0) = 0 (h); the custom adjoint of d(grad W)/dh returns
@@ -21,7 +21,7 @@ from kernel_tape_harness import M_TERMS, S_TERMS, V_TERMS, adjoints
 
 F64 = torch.float64
 
-#: k'(0) = 0: finite Hessian at the origin (kernels.md §5.3)
+#: k'(0) = 0: finite Hessian at the origin
 SMOOTH = (R.W2, R.W4, R.W6, R.CUBIC, R.QUARTIC, R.QUINTIC, R.B7, R.B8, R.GAUSSIAN, R.POLY6)
 
 

@@ -1,4 +1,4 @@
-"""Single-support kernel quantities (`kernels.md` §2, §4, §5; testing.md §9).
+"""Single-support kernel quantities.
 
 W, grad W, dW/dh, d(grad W)/dh, the Hessian and its derivatives, the kernel Laplacian and
 its derivatives and the JVP helpers, all evaluated through the Warp functions by the one

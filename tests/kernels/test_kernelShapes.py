@@ -1,4 +1,4 @@
-"""Shape functions k, k', k'', k''' and C_d of the 15 kernels (`kernels.md` §3, testing.md §9).
+"""Shape functions k, k', k'', k''' and C_d of the 15 kernels.
 
 Values come from the Warp functions (`sphShape`, `sphKernelC_d_warp`, the metadata
 functions) through the one forward harness kernel; references are the spec formulas
@@ -263,7 +263,7 @@ N_H_EXAMPLES = {
 
 
 def test_metadata_warp_functions(device, dim):
-    """sphKernelScale_warp / sphKernel_xi_warp / sphKernelN_H_warp (kernels.md §7)."""
+    """sphKernelScale_warp / sphKernel_xi_warp / sphKernelN_H_warp."""
     kernels = np.array(R.ALL_KERNELS, dtype=np.int32)
     out = evaluate(device, F64, dim, kernel=kernels)
     for i, k in enumerate(R.ALL_KERNELS):

@@ -1,4 +1,4 @@
-"""Pairwise support schemes (`kernels.md` §6; testing.md §9, pitfall W41).
+"""Pairwise support schemes.
 
 The `_ij` Warp functions for all six SupportSchemes with non-uniform supports h_i != h_j
 (both orders) and ties, against an independent float64 NumPy re-statement of the §6 tables

@@ -1,4 +1,4 @@
-"""Lattice calibration (`kernels.md` §9, `testing.md` §9) and the host shape functions.
+"""Lattice calibration and the host shape functions.
 
 References are written here independently: the 1/L tables of §9.4, brute-force lattice sums
 over Z^d with test-local shape functions, closed-form Fourier transforms and lattice zeta
@@ -34,7 +34,7 @@ UNDEFINED = (K.ViscosityKernel, K.AdhesionKernel)
 CALIBRATABLE = tuple(k for k in K if k not in UNDEFINED)
 
 # --------------------------------------------------------------------------------------
-# independent test-local shape functions and C_d (kernels.md §3)
+# independent test-local shape functions and C_d
 
 
 def _p(a):
@@ -87,7 +87,7 @@ def bruteForceL(kernel, n_h, d):
 
 
 # --------------------------------------------------------------------------------------
-# reference tables of 1/L (kernels.md §9.4)
+# reference tables of 1/L
 
 TABLE = {
     (K.Wendland2, 1): (0.984615385, 0.996923077, 0.999024390),
@@ -457,7 +457,7 @@ def test_strictly_above_1():
 # --------------------------------------------------------------------------------------
 # host shape functions (the kernel tests cross-check them against the Warp functions)
 
-SAMPLE_K_2D = {  # kernels.md §3.16, q = 0, 0.3, 0.6 (0.9 omitted: rounded entries)
+SAMPLE_K_2D = {  # q = 0, 0.3, 0.6 (0.9 omitted: rounded entries)
     K.Wendland2: (1, 0.52822, 0.08704),
     K.Wendland4: (1, 0.45294865, 0.0360448),
     K.Wendland6: (1, 0.3755191371, 0.01422917632),

@@ -1,4 +1,4 @@
-"""Kernel metadata (`kernels.md` §7, `testing.md` §9 "Metadata").
+"""Kernel metadata (`kernels.md` §7 "Metadata").
 
 The reference values are the tables of the spec, typed in here.
 """

@@ -1,4 +1,4 @@
-"""The brute-force reference against an independent plain-Python reference (§9)."""
+"""The brute-force reference against an independent plain-Python reference."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Readback census: exactly one device->host readback per search, zero per grid build
-(`neighborhood.md` §1, §5.2; `autodiff.md` §15.2). The census itself is shown to fail."""
+"""Readback census: exactly one device->host readback per search, zero per grid build. The census itself is shown to fail."""
 
 from __future__ import annotations
 

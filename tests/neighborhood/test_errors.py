@@ -1,5 +1,5 @@
 """Invalid inputs: value errors through the single readback, host-side validation, the
-edge-count overflow check (`neighborhood.md` §5.2-5.3)."""
+edge-count overflow check."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Compact hash grid structure (`neighborhood.md` §2.2, §4, §7) and the Warp traversal
-helpers operators use (§6), exercised from a generic kernel as an operator would."""
+"""Compact hash grid structure and the Warp traversal
+helpers operators use, exercised from a generic kernel as an operator would."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compact-hash radius search vs the brute-force reference (`testing.md` §10)."""
+"""Compact-hash radius search vs the brute-force reference."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Verlet lists: conservative buffer, rebuild triggers, deferred checks, filtering
-(`neighborhood.md` §8)."""
+"""Verlet lists: conservative buffer, rebuild triggers, deferred checks, filtering."""
 
 from __future__ import annotations
 

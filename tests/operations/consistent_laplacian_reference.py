@@ -4,22 +4,22 @@ r"""Independent float64 NumPy reference for a first-order-consistent SPH Laplaci
 Not a test file: the tests (`test_consistent_laplacian_reference.py`) and the study
 (`benchmarks/studies/consistent_laplacian_study.py`) import it; the future Warp operator's
 tests are meant to compare against it. Brute force over every (query, reference) pair, with
-the minimum image on periodic axes (`operators.md` §8.2), any dimension d = 1, 2, 3. It never
+the minimum image on periodic axes, any dimension d = 1, 2, 3. It never
 calls library maths.
 
 Conventions (the library's)
 ---------------------------
-* Kernel: Wendland2 with compact-support radius ``h`` (`kernels.md`): ``W = C_d k(q) / h^d``,
+* Kernel: Wendland2 with compact-support radius ``h``: ``W = C_d k(q) / h^d``,
   ``∇W(x) = x̂ C_d k'(q) / h^(d+1)``, ``x̂ = x / max(|x|, 1e-15)``, ``q = |x| / h``, with
   ``k(q) = (1-q)^3 (1+3q)`` (1D) or ``(1-q)^4 (1+4q)`` (2D/3D) and
   ``C_d = 5/4, 7/π, 21/(2π)`` (`kernels/constants.py`).
 * ``x_ij = x_i − x_j`` (minimum image), ``r = |x_ij|``, ``G_ij = ∇W(x_ij, h_ij)`` is the
   gradient with respect to x_i; ``h_ij = h_i`` (the default support scheme, Gather).
-* Renormalization (`operators.md` §2.7, §4.4): ``C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij``,
+* Renormalization: ``C_i = Σ_j V_j (x_j − x_i) ⊗ G_ij``,
   ``L_i = pinv(C_i)`` (1D: ``1/C`` if ``C > 1e-10`` else 0; 2D: the closed form on the
   symmetrised C with the 1e-12 / 1e-6 cutoffs; 3D: pinv with relative cutoff 1e-6), rows
   with fewer than d + 2 neighbours (W > 0, self included) use the identity.
-* Brookshaw (`operators.md` §2.6, LaplacianScheme.Brookshaw with the Difference/Naive pair
+* Brookshaw (LaplacianScheme.Brookshaw with the Difference/Naive pair
   difference): ``Σ_j −2 q_ij (G_ij · n_ij) / (r + 1e-8 h_ij)`` for r > 0, with
   ``q_ij = (f_j − f_i) V_j`` and ``n_ij = x_ij / (r + 1e-8 h_ij)``; ``G`` optionally
   renormalized (``G ← L_i G``). This is the classic Brookshaw (1985) form
@@ -154,9 +154,9 @@ __all__ = [
 
 #: C_d of Wendland2 for d = 1, 2, 3 (`kernels/constants.py`).
 C_D_WENDLAND2 = (5.0 / 4.0, 7.0 / math.pi, 21.0 / (2.0 * math.pi))
-#: x̂ = x / max(|x|, EPS) in float64 (`kernels.md`).
+#: x̂ = x / max(|x|, EPS) in float64.
 EPS_FLOAT64 = 1e-15
-#: Brookshaw's fixed regulariser (`operators.md` §2.6).
+#: Brookshaw's fixed regulariser.
 BROOKSHAW_EPS = 1e-8
 
 
@@ -240,7 +240,7 @@ def asBox(domain, d):
 
 
 def _minimumImage(xi, xj, box):
-    """x_i − x_j with the minimum image on periodic axes (`operators.md` §8.2)."""
+    """x_i − x_j with the minimum image on periodic axes."""
     delta = xi - xj
     if box is None or not box.periodic.any():
         return delta
@@ -396,7 +396,7 @@ def renormalizedGradient(x, V, h, f, domain=None, L=None, pairs=None):
 
 
 def brookshawLaplacian(x, V, h, f, domain=None, L=None, pairs=None):
-    """LaplacianScheme.Brookshaw with the Difference pair difference (`operators.md` §2.6):
+    """LaplacianScheme.Brookshaw with the Difference pair difference:
     ``Σ_{j, r>0} −2 (f_j − f_i) V_j (G_ij · n_ij) / (r + 1e-8 h_ij)``; ``G ← L_i G`` when a
     renormalization matrix ``L`` [N, d, d] is given. Output has the shape of ``f``."""
     p = _pairs(x, h, domain, pairs)

@@ -1,4 +1,4 @@
-"""Oracles for the forward-mode tests (`testing.md` §4, §5): J·v from the reverse-mode
+"""Oracles for the forward-mode tests: J·v from the reverse-mode
 Jacobian of the primal (itself gradcheck-verified), central finite differences, the
 dual-tensor route, and finite differences of reverse-mode gradients for HVPs.
 

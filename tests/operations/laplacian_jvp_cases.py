@@ -1,6 +1,5 @@
 """Shared checks of the Laplacian geometry-JVP tests
-(`test_forward_mode_geometry_jvp_laplacian_{naive,brookshaw,dot,default}.py`, `testing.md`
-§4) on the named-primal cases of `value_jvp_cases`: traversals, combined tangents, kinds,
+(`test_forward_mode_geometry_jvp_laplacian_{naive,brookshaw,dot,default}.py`) on the named-primal cases of `value_jvp_cases`: traversals, combined tangents, kinds,
 float32, reverse over forward, coincident points and positiveDivergence.
 """
 

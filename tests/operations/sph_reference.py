@@ -1,6 +1,6 @@
 """Independent float64 NumPy references for the Density/Interpolate tests, plus case builders.
 
-Written from `operators.md` (§2.0–2.2, §4.1, §4.3, §6, §8.2) and never calling library
+Written from `operators.md` and never calling library
 maths: brute force over every (query, reference) pair, with the minimum image on periodic
 axes, the pairwise support rule, kinds masking, apparent volumes and the CRK-corrected kernel.
 The single-support kernel values come from the kernel tests' independent NumPy reference
@@ -33,7 +33,7 @@ _spec = importlib.util.spec_from_file_location("ops_kernel_reference", _KR_PATH)
 kr = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kr)
 
-# --- kinds masking (operators.md §6), written from the table ---------------------------
+# --- kinds masking, written from the table ---------------------------
 _ANY, _NOT_GHOST = "any", "not ghost"
 MODE_TABLE = {
     0: (None, None),
@@ -73,7 +73,7 @@ def masks(mode: int, qKinds, rKinds):
 
 
 def pairVectors(qPos, rPos, lo, hi, periodic):
-    """x_ij [N_q, N_r, d], minimum image on periodic axes (operators.md §8.2)."""
+    """x_ij [N_q, N_r, d], minimum image on periodic axes."""
     qPos, rPos = np.asarray(qPos, np.float64), np.asarray(rPos, np.float64)
     x = qPos[:, None, :] - rPos[None, :, :]
     for k, per in enumerate(periodic):
@@ -87,7 +87,7 @@ def pairVectors(qPos, rPos, lo, hi, periodic):
 
 
 def pairKernel(kernel: int, d: int, x, hq, hr, mode: int):
-    """W_ij [N_q, N_r] under the pairwise support rule (kernels.md §6)."""
+    """W_ij [N_q, N_r] under the pairwise support rule."""
     nq, nr = x.shape[0], x.shape[1]
     X = x.reshape(-1, d)
     Hi = np.repeat(np.asarray(hq, np.float64), nr)
@@ -105,7 +105,7 @@ def _domainArrays(domain):
 
 
 def densityReference(query, domain, props, reference=None, factor=1.0):
-    """rho_i = N sum_j m_j W_ij with kinds masking (operators.md §2.1)."""
+    """rho_i = N sum_j m_j W_ij with kinds masking."""
     ref = query if reference is None else reference
     lo, hi, per = _domainArrays(domain)
     d = query.positions.shape[1]
@@ -118,7 +118,7 @@ def densityReference(query, domain, props, reference=None, factor=1.0):
 
 def interpolateReference(query, domain, props, values, reference=None, volumes=None, crk=None,
                          factor=1.0):
-    """f_i = N sum_j f_j V_j W^R_ij (operators.md §2.2); values [N_r, *S] -> [N_q, *S]."""
+    """f_i = N sum_j f_j V_j W^R_ij; values [N_r, *S] -> [N_q, *S]."""
     ref = query if reference is None else reference
     lo, hi, per = _domainArrays(domain)
     d = query.positions.shape[1]
@@ -149,7 +149,7 @@ def makeDomain(d, dtype, device, lo=-1.0, hi=1.0, periodic=False):
 
 
 def cloud(n, d, dtype, device, seed, lo=-1.0, hi=1.0, hMean=None, kinds=None, densities=True):
-    """Random particles in [lo, hi]^d with supports hMean (1 ± 15 %) (testing.md §2)."""
+    """Random particles in [lo, hi]^d with supports hMean (1 ± 15 %)."""
     gen = torch.Generator().manual_seed(seed)
     if hMean is None:
         hMean = {1: 0.6, 2: 0.7, 3: 0.9}[d] * (hi - lo) / 2
@@ -179,7 +179,7 @@ def supportMargin(query, domain, reference=None):
 
 def marginCloud(n, d, dtype, device, seed, margin=1e-3, **kw):
     """A `cloud` whose pairs all keep `margin` h from every support threshold (frozen
-    neighbourhoods for finite differences, testing.md §1); tries successive seeds."""
+    neighbourhoods for finite differences); tries successive seeds."""
     dom = kw.pop("domain")
     for s in range(seed, seed + 200):
         p = cloud(n, d, dtype, device, s, **kw)
@@ -244,7 +244,7 @@ GRADCHECK = dict(eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
 def pairKernelGradient(kernel: int, d: int, x, hq, hr, mode: int):
-    """grad W_ij [N_q, N_r, d] under the pairwise support rule (kernels.md §6)."""
+    """grad W_ij [N_q, N_r, d] under the pairwise support rule."""
     nq, nr = x.shape[0], x.shape[1]
     X = x.reshape(-1, d)
     Hi = np.repeat(np.asarray(hq, np.float64), nr)
@@ -256,7 +256,7 @@ def pairKernelGradient(kernel: int, d: int, x, hq, hr, mode: int):
 def correctedGradientReference(x, W, G, crk=None, renorm=None):
     """(G^R [N_q, N_r, d], W^R [N_q, N_r]): grad W^R_ij = A W B + A (1 + B.x) grad W
     + (1 + B.x) W grad A + A W (grad B x), with (grad B x)_g = sum_c gradB[g, c] x_c, then
-    L_i G (operators.md §2.0, §4.3, §4.4). crk = (A, B, gradA, gradB) tensors or None."""
+    L_i G. crk = (A, B, gradA, gradB) tensors or None."""
     WR = W
     if crk is not None:
         A, B, gA, gB = (_np(t) for t in crk)
@@ -287,7 +287,7 @@ def correctedPairGeometry(query, ref, domain, props, crk=None, renorm=None):
 
 def gradientReference(query, domain, props, queryValues, referenceValues=None, reference=None,
                       volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
-    """out_i = N sum_j c_ij (x) G_ij, derivative last (operators.md §2.3, §4.2-4.4).
+    """out_i = N sum_j c_ij (x) G_ij, derivative last.
 
     crk: (A [N_q], B [N_q, d], gradA [N_q, d], gradB [N_q, d, d]) with gradB[i, k, c] =
     d_k B_c; omegas: reference Omega [N_r] (f_j -> f_j / Omega_j only); renorm: L [N_q, d, d].
@@ -397,7 +397,7 @@ def correctionKwargs(corr, tensors):
     return kw
 
 
-# --- Divergence and Curl (operators.md §2.4, §2.5) -------------------------------------
+# --- Divergence and Curl -------------------------------------
 
 
 def fieldPairTerms(query, domain, props, queryValues, referenceValues=None, reference=None,
@@ -497,13 +497,13 @@ def curlReference(query, domain, props, queryValues, referenceValues=None, refer
 
 def laplacianReference(query, domain, props, queryValues, referenceValues=None, reference=None,
                        volumes=None, crk=None, omegas=None, renorm=None, factor=1.0, eps=1e-15):
-    """lap f_i = N sum_j term_ij (operators.md §2.6, §4): q_ij = (f_j - f_i) V_j, or
+    """lap f_i = N sum_j term_ij: q_ij = (f_j - f_i) V_j, or
     (f_j - f_i) m_j rho_i / rho_j^2 (Symmetric), f / Omega on both sides under grad-h; terms
     Naive q_ij lap W_ij (helper support rule), Brookshaw / Default -2 q_ij (G.n)/(r + c h_ij),
     Dot (G.n)/(r + 1e-8 h_ij) [q_ij - (d+2)(q_ij.n) n] blockwise over d-blocks (r > 0 only);
     positiveDivergence keeps pairs with x_ij . q_ij >= 0. The caller passes crk / renorm only
     where they apply (never for Naive). omegas: (query [N_q], reference [N_r]). eps: the
-    kernel Laplacian's precision (kernels.md §4). Returns [N_q, *S]."""
+    kernel Laplacian's precision. Returns [N_q, *S]."""
     ref = query if reference is None else reference
     if referenceValues is None:
         referenceValues = queryValues
@@ -561,7 +561,7 @@ def laplacianReference(query, domain, props, queryValues, referenceValues=None, 
     return out.reshape((nq,) + tuple(_np(queryValues).shape[1:]))
 
 
-# --- renormalization and grad-h references (operators.md §4.2, §4.4) -------------------
+# --- renormalization and grad-h references -------------------
 
 
 def renormalizationReference(C, n):
@@ -597,7 +597,7 @@ def renormalizationReference(C, n):
 
 def omegaReference(query, domain, props, reference=None, factor=1.0):
     """Omega_i = 1 + h_i / (d rho_i) N sum_j m_j dW(x_ij, h_i)/dh_i (query support h_i,
-    any support scheme), kinds masking (masked query -> 1) (operators.md §4.2)."""
+    any support scheme), kinds masking (masked query -> 1)."""
     ref = query if reference is None else reference
     lo, hi, per = _domainArrays(domain)
     d = query.positions.shape[1]

@@ -1,4 +1,4 @@
-"""Aliased roles (`autodiff.md` §6.3, W20): with referenceParticles=None the query tensors
+"""Aliased roles (W20): with referenceParticles=None the query tensors
 fill the reference slots too; backward must report their combined gradient exactly once —
 equal to the sum of the query- and reference-role gradients of equal but distinct tensors,
 and to central finite differences — never twice. Also with the view cache disabled."""

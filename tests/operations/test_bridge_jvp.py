@@ -1,5 +1,5 @@
 """Forward mode through the bridge and the loud failures of unsupported nestings
-(`autodiff.md` §6.3, §6.4, §11; `testing.md` §6 "Dual wrapper"; pitfalls W37-W39, W64, W82).
+(§11 "Dual wrapper"-W39, W64, W82).
 
 The toy's forward-mode rule (`toyJvpFn`) is checked against the reference Jacobian
 contracted with the tangent.

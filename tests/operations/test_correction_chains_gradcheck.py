@@ -1,4 +1,4 @@
-"""Corrections built inside the graph (`operators.md` §4.3, §4.4; issue: "gradients flow
+"""Corrections built inside the graph (issue: "gradients flow
 through their construction"): positions and supports -> `computeCRKFactors` (V, CRKState) ->
 `computeRenormalizationMatrices` (with V and the CRK state) -> every value operator with
 ``referenceVolumes = V``, the CRK state and L, checked by a float64 gradcheck w.r.t. the

@@ -1,4 +1,4 @@
-"""Covariance forward values and neighbour counts (`operators.md` §2.7, §3, §5, §6, §8, §9)
+"""Covariance forward values and neighbour counts
 against the independent float64 reference `sph_reference.covarianceReference`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Covariance reverse mode: float64 gradcheck through `warpOperation` (`testing.md` §3) w.r.t.
+"""Covariance reverse mode: float64 gradcheck through `warpOperation` w.r.t.
 positions, supports, masses, densities, reference volumes, CRK A, B, gradA, gradB and L, with
 the int32 count output present (non-differentiable).
 

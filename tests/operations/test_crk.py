@@ -1,4 +1,4 @@
-"""`computeCRKFactors` forward values (`operators.md` §4.3, §6, §8; `testing.md` CRK rows).
+"""`computeCRKFactors` forward values (`testing.md` CRK rows).
 
 The reference `crkReference` is an independent float64 NumPy brute force over every pair,
 written from the spec with a different algebra than the implementation: A and B come from
@@ -50,7 +50,7 @@ def _np(t):
 
 
 def crkReference(query, domain, kernel, mode=9, reference=None, schur=True):
-    """(V [N_r], rho [N_q], A, B, gradA, gradB, limited [N_q]) of `operators.md` §4.3, with the
+    """(V [N_r], rho [N_q], A, B, gradA, gradB, limited [N_q]) of with the
     limiter deviation of `crk.py` (`schur=False`: the spec's limiter only).
 
     The visited-pair count of the limiter is taken as the number of mode-admitted pairs with

@@ -1,4 +1,4 @@
-"""Curl forward values (`operators.md` §2.5, §3, §4, §5, §6, §8, §9) against the independent
+"""Curl forward values against the independent
 float64 reference `sph_reference.curlReference` (Levi-Civita contraction), and Curl shape
 validation.
 

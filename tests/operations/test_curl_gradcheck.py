@@ -1,5 +1,4 @@
-"""Curl reverse mode: float64 gradcheck through `warpOperation` and the bridge
-(`testing.md` §3) w.r.t. positions, supports, masses, densities, values, reference volumes,
+"""Curl reverse mode: float64 gradcheck through `warpOperation` and the bridge w.r.t. positions, supports, masses, densities, values, reference volumes,
 Omega (query and reference), CRK A, B, gradA, gradB and L.
 
 Matrix: 4 gradient schemes x corrections {none, volumes+grad-h, CRK, CRK+renorm} (2D, CSR,

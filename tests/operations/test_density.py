@@ -1,4 +1,4 @@
-"""Density forward values (`operators.md` §2.1, §8, §9): the float64 test vector for every
+"""Density forward values: the float64 test vector for every
 support scheme, brute-force agreement in 1D/2D/3D x float32/float64 x periodic x every
 traversal, lattice calibration and empty populations."""
 
@@ -83,7 +83,7 @@ def test_density_brute_force(device, dtype, dim, traversal, periodic):
 
 
 def test_density_unwrapped_positions(device):
-    """Periodic: positions shifted by whole boxes give the same densities (§8.2)."""
+    """Periodic: positions shifted by whole boxes give the same densities."""
     dom = makeDomain(2, torch.float64, device, periodic=True)
     q = cloud(20, 2, torch.float64, device, seed=3, hMean=0.6)
     shifted = ParticleState(q.positions + torch.tensor([2.0, -4.0], dtype=torch.float64,

@@ -1,5 +1,4 @@
-"""Density reverse mode: float64 gradcheck through `warpOperation` and the bridge
-(`testing.md` §3) w.r.t. query/reference positions, supports and reference masses.
+"""Density reverse mode: float64 gradcheck through `warpOperation` and the bridge w.r.t. query/reference positions, supports and reference masses.
 
 Matrix: every support scheme x every traversal (2D, aliased reference set); distinct
 reference sets (non-coincident and with cloned coordinates, W42) x traversals with lattice

@@ -1,4 +1,4 @@
-"""Divergence forward values (`operators.md` §2.4, §3, §4, §5, §6, §8, §9) against the
+"""Divergence forward values against the
 independent float64 reference `sph_reference.divergenceReference`, and Divergence shape
 validation.
 

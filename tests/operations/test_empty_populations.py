@@ -1,4 +1,4 @@
-"""Empty populations (`autodiff.md` §13), every route at once: all seven operators x {zero
+"""Empty populations, every route at once: all seven operators x {zero
 queries, zero references, both} x {CSR list, prebuilt grid, ``adjacency=None``} x 1D/2D/3D.
 
 * the primal keeps the operator's trailing axes for zero queries, and gives finite zeros

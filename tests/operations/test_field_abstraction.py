@@ -1,5 +1,4 @@
-"""Field registry: the identity-keyed torch -> Warp view cache (`autodiff.md` §5, §14;
-`testing.md` §6 "View cache"; pitfalls W10, W19, W21, W22, W26, W30, W31, W81)."""
+"""Field registry: the identity-keyed torch -> Warp view cache (§14 "View cache")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Forward mode of the CRK builder: `computeCRKFactorsJVP` (`autodiff.md` §9.8).
+"""Forward mode of the CRK builder: `computeCRKFactorsJVP`.
 
 Every case compares ``(dV, dA, dB, dgradA, dgradB)`` with J·v of `computeCRKFactors` (its
 reverse-mode Jacobian, itself gradcheck-verified in `test_crk_gradcheck.py`, rtol 1e-8) and,

@@ -1,11 +1,11 @@
-"""Density position HVP `warpOperationHVP` (`autodiff.md` §10, `testing.md` §5).
+"""Density position HVP `warpOperationHVP`.
 
 HVP_i = N sum_j m_j H_ij (v_i - u_j) is block row i of the position Hessian of rho_i applied
 to the tangent (v on the queries, u on the references; the self pair is dropped when the
 reference set is the query set). Two oracles:
 
 * torch double-backward of an independent float64 pure-torch Density (Wendland2, the
-  pairwise support rule of `kernels.md` §6, kinds masking of `operators.md` §6, the lattice
+  pairwise support rule of kinds masking of the lattice
   factor), written below from the specs: phi_i = d rho_i / d x_i by `autograd.grad` with
   ``create_graph=True``, its directional derivative by `torch.autograd.functional.jvp`. The
   reference keeps query and reference positions as two inputs; with a shared set its self
@@ -73,7 +73,7 @@ def _wendland2(r, h, d):
 
 
 def _pairW(r, hi, hj, scheme, d):
-    """W_ij under the pairwise support rule (kernels.md §6)."""
+    """W_ij under the pairwise support rule."""
     s = SupportScheme(scheme)
     if s == SupportScheme.Gather:
         return _wendland2(r, hi, d)

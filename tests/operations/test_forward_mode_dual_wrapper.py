@@ -1,4 +1,4 @@
-"""The bridge's jvp() dispatch on real operators (`autodiff.md` §6.4, §7, §9.7; `testing.md` §6
+"""The bridge's jvp() dispatch on real operators (§9.7
 "Dual wrapper", "Pruning", "Kinds version check"): live-mask dispatch, torch-synthesised
 zeros are not live, exactly-zero tangents when nothing is live, one readback per dual call,
 empty tangents and outputs, channels the formula never reads are dropped, tangents without a
@@ -88,7 +88,7 @@ def test_live_mask_dispatch_matches_the_explicit_jvp(device):
 
 def test_synthesised_zeros_are_not_live(device):
     """A dual masses tensor with a zero tangent: every tangent torch hands jvp() is zero, so
-    the result is an exactly-zero tangent (never None, autodiff.md §6.4)."""
+    the result is an exactly-zero tangent (never None)."""
     q, dom, adj = _case(device)
     t = _dualDensity(q, dom, adj, props(DENSITY), {"masses": torch.zeros_like(q.masses)})
     assert t is not None and torch.equal(t, torch.zeros_like(t))
@@ -191,7 +191,7 @@ def test_live_omega_tangent_of_a_reader(device):
 
 def test_kinds_mutation_before_backward_raises(device):
     """Kinds are saved by the JVP launch: an in-place change before backward trips torch's
-    version check (autodiff.md §12)."""
+    version check."""
     q, dom, adj = _case(device)
     x = q.positions.clone().requires_grad_(True)
     kinds = q.kinds.clone()

@@ -1,4 +1,4 @@
-"""Covariance geometry JVP (`autodiff.md` §9.4, §9.5; `testing.md` §4): the Tier-2 kernel
+"""Covariance geometry JVP: the Tier-2 kernel
 `covarianceJVPKernel`, the matrix tangent only,
 dC_i = -sum_j (dV_j x_ij (x) G_ij + V_j dx_ij (x) G_ij + V_j x_ij (x) dG_ij).
 

@@ -1,4 +1,4 @@
-"""Curl geometry JVP (Tier 2, `autodiff.md` §9.4-9.6, `testing.md` §4): 2D, 3D and 1D.
+"""Curl geometry JVP (Tier 2): 2D, 3D and 1D.
 
 `warpOperationJVP` with geometry tangents (positions, supports, reference masses, densities of
 both sets, reference volumes, CRK and renormalization tangents) and a fused value tangent,
@@ -127,7 +127,7 @@ def test_curl_jvp_float32(device):
 
 
 # --------------------------------------------------------------------------------------
-# scope (autodiff.md §9.4)
+# scope
 # --------------------------------------------------------------------------------------
 
 
@@ -203,7 +203,7 @@ def test_curl_jvp_rejections(device):
 
 
 # --------------------------------------------------------------------------------------
-# reverse over forward (testing.md §3, "JVP outputs")
+# reverse over forward ("JVP outputs")
 # --------------------------------------------------------------------------------------
 
 

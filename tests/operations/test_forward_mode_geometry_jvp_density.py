@@ -1,4 +1,4 @@
-"""Density geometry JVP (`autodiff.md` §9.4, §9.5; `testing.md` §4): the Tier-2 kernel
+"""Density geometry JVP: the Tier-2 kernel
 `densityJVPKernel`, drho_i = N sum_j (dm_j W_ij + m_j dW_ij).
 
 Oracles (`jvp_helpers`): J·v of the reverse-mode Jacobian of `warpOperation` (rtol 1e-8) and

@@ -1,4 +1,4 @@
-"""Divergence geometry JVP (Tier 2, `autodiff.md` §9.4-9.6, `testing.md` §4).
+"""Divergence geometry JVP (Tier 2).
 
 `warpOperationJVP` with geometry tangents (positions, supports, reference masses, densities of
 both sets, reference volumes, CRK and renormalization tangents) and a fused value tangent,
@@ -147,7 +147,7 @@ def test_divergence_jvp_float32(device):
 
 
 # --------------------------------------------------------------------------------------
-# scope (autodiff.md §9.4)
+# scope
 # --------------------------------------------------------------------------------------
 
 
@@ -241,7 +241,7 @@ def test_divergence_jvp_rejections(device):
 
 
 # --------------------------------------------------------------------------------------
-# reverse over forward (testing.md §3, "JVP outputs")
+# reverse over forward ("JVP outputs")
 # --------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Gradient geometry JVP (Tier 2, `autodiff.md` §9.4-9.6, `testing.md` §4).
+"""Gradient geometry JVP (Tier 2).
 
 `warpOperationJVP` with geometry tangents (positions, supports, reference masses, densities of
 both sets, reference volumes, CRK and renormalization tangents) and a fused value tangent,
@@ -233,7 +233,7 @@ def test_gradient_jvp_float32(device):
 
 
 # --------------------------------------------------------------------------------------
-# scope (autodiff.md §9.4)
+# scope
 # --------------------------------------------------------------------------------------
 
 
@@ -290,7 +290,7 @@ def test_gradient_jvp_frozen_corrections(device):
 
 
 # --------------------------------------------------------------------------------------
-# reverse over forward (testing.md §3, "JVP outputs")
+# reverse over forward ("JVP outputs")
 # --------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Interpolate geometry JVP (`autodiff.md` §9.4, §9.5; `testing.md` §4): the Tier-2 kernel
+"""Interpolate geometry JVP: the Tier-2 kernel
 `interpolateJVPKernel` with the value tangent fused, d fbar_i = sum_j (f_j (dV_j W_ij +
 V_j dW_ij) + df_j V_j W_ij).
 

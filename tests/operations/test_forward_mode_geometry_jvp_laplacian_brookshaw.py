@@ -1,4 +1,4 @@
-"""Laplacian Brookshaw geometry JVP (Tier 2, `autodiff.md` §9.4-9.5, `testing.md` §4):
+"""Laplacian Brookshaw geometry JVP (Tier 2):
 ``d[-2 q_ij (G.n_ij) / D]`` with ``D = r + 1e-8 h_ij``, ``n_ij = x_ij / D``, differentiated
 literally (dr = x.dx / r, dD = dr + 1e-8 dh_ij, dn = dx / D - x dD / D^2), G the corrected
 gradient with its CRK and renormalization tangents; r = 0 pairs contribute 0 with tangent 0.

@@ -1,4 +1,4 @@
-"""Laplacian Default geometry JVP (Tier 2, `autodiff.md` §9.4-9.5, `testing.md` §4):
+"""Laplacian Default geometry JVP (Tier 2):
 ``d[-2 q_ij (G.n_ij) / (r + 1e-12 h_ij)]`` with ``n_ij = x_ij / (r + 1e-8 h_ij)``: Brookshaw
 with a different second regulariser, both denominators differentiated literally; G the
 corrected gradient with its CRK and renormalization tangents; r = 0 pairs contribute 0 with

@@ -1,4 +1,4 @@
-"""Laplacian Dot geometry JVP (Tier 2, `autodiff.md` §9.4-9.5, `testing.md` §4):
+"""Laplacian Dot geometry JVP (Tier 2):
 ``d{phi_ij [q_ij - (d + 2) (q_ij.n_ij) n_ij]}`` with ``phi_ij = (G.n_ij) / D``,
 ``D = r + 1e-8 h_ij``, the projection blockwise over consecutive d-blocks of the flat field;
 n_ij, r and D differentiated literally, G the corrected gradient with its CRK and

@@ -1,4 +1,4 @@
-"""Laplacian Naive geometry JVP (Tier 2, `autodiff.md` §9.4-9.5, `testing.md` §4):
+"""Laplacian Naive geometry JVP (Tier 2):
 ``d(q_ij lap W_ij) = dq_ij lap W_ij + q_ij d(lap W_ij)`` with the helper support rule
 (KernelMeanSymmetric at max(h_i, h_j), SuperSymmetric averaged).
 

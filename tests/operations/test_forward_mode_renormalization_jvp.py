@@ -1,5 +1,4 @@
-"""Forward mode of the renormalization builder: `computeRenormalizationMatricesJVP`
-(`autodiff.md` §9.9).
+"""Forward mode of the renormalization builder: `computeRenormalizationMatricesJVP`.
 
 dL is compared with J·v of `computeRenormalizationMatrices` (reverse-mode Jacobian, itself
 gradcheck-verified in `test_renormalization_gradcheck.py`, rtol 1e-8) and central

@@ -1,4 +1,4 @@
-"""Reverse-over-forward Hessian-vector products (`autodiff.md` §11, `testing.md` §5).
+"""Reverse-over-forward Hessian-vector products.
 
 `warpSPHCore.autograd.jvpCommon.hvp(fn, primals, tangents)` makes the primals dual, runs the
 scalar loss through the operators' forward-mode route (the Tier-2 JVP kernels, themselves

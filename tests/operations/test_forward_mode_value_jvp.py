@@ -1,5 +1,4 @@
-"""Tier-1 forward mode of the value operators (`autodiff.md` §9.1, §9.2, §9.7; `testing.md`
-§4): Interpolate, Gradient, Divergence, Curl and Laplacian are linear and homogeneous in the
+"""Tier-1 forward mode of the value operators: Interpolate, Gradient, Divergence, Curl and Laplacian are linear and homogeneous in the
 field values, so the value JVP is the operator relaunched on the tangent values.
 
 * `warpOperationJVP` with value tangents only equals `warpOperation` of the tangent values

@@ -1,4 +1,4 @@
-"""Grad-h helper `computeOmega` (`operators.md` §4.2): Omega_i = 1 + h_i/(d rho_i) N sum_j
+"""Grad-h helper `computeOmega`: Omega_i = 1 + h_i/(d rho_i) N sum_j
 m_j dW(x_ij, h_i)/dh_i against the float64 NumPy reference `sph_reference.omegaReference`
 (dW/dh from the kernel tests' independent reference), cross-checked against central finite
 differences of the kernel in h; the query support is used whatever the support scheme; kinds

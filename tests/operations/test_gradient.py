@@ -1,4 +1,4 @@
-"""Gradient forward values (`operators.md` §2.3, §3, §4, §5, §6, §8, §9) against the
+"""Gradient forward values against the
 independent float64 reference `sph_reference.gradientReference`, and Gradient validation."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Gradient reverse mode: float64 gradcheck through `warpOperation` and the bridge
-(`testing.md` §3) w.r.t. positions, supports, masses, densities, values, reference volumes,
+"""Gradient reverse mode: float64 gradcheck through `warpOperation` and the bridge w.r.t. positions, supports, masses, densities, values, reference volumes,
 Omega, CRK A, B, gradA, gradB and L — which also checks the shared pair function
 `corrected.correctedGradient_ij` (CRK, then renormalization).
 
@@ -119,7 +118,7 @@ def test_gradient_gradcheck_distinct(device, cloned, traversal):
     scheme = list(GradientScheme)[(TRAVERSALS.index(traversal) + 2 * int(cloned)) % 4]
     # Cloned coordinates put every query on its reference twin (r = 0): Wendland2's q^3 term
     # makes grad W ~ |x| x there, so central differences of G carry an O(eps) error; Poly6 is
-    # smooth at the origin (testing.md §3, second order at r = 0).
+    # smooth at the origin (second order at r = 0).
     kernel = KernelFunctions.Poly6 if cloned else KernelFunctions.Wendland2
     pr = props(GRAD, kernel=kernel, gradientMode=scheme, supportMode=SupportScheme.MeanSymmetric,
                n_h=3.0, calibrateNormalization=True)

@@ -1,5 +1,5 @@
-"""Interpolate forward values (`operators.md` §2.2, §3, §4.1, §4.3, §8, §9) and the
-`warpOperation` validation rules (§7.1, `testing.md` §12)."""
+"""Interpolate forward values and the
+`warpOperation` validation rules."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def test_interpolate_empty_populations(device, dim, traversal):
         assert pos.grad is None or torch.equal(pos.grad, torch.zeros_like(pos))
 
 
-# --- validation (operators.md §7.1, testing.md §12) ------------------------------------
+# --- validation ------------------------------------
 
 
 def _simple(device, dtype=torch.float64, n=6, d=2):

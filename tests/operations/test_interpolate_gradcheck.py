@@ -1,5 +1,4 @@
-"""Interpolate reverse mode: float64 gradcheck through `warpOperation` and the bridge
-(`testing.md` §3) w.r.t. positions, supports, masses, densities, values, reference volumes
+"""Interpolate reverse mode: float64 gradcheck through `warpOperation` and the bridge w.r.t. positions, supports, masses, densities, values, reference volumes
 and the CRK A, B.
 
 Matrix: every support scheme x {none, volumes, CRK} (2D, CSR, aliased, scalar field); grid

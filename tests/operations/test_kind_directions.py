@@ -1,5 +1,4 @@
-"""Particle kinds and `operationMode` for every operator (`operators.md` §2.0, §4, §6;
-`testing.md` §8 `test_kind_directions`).
+"""Particle kinds and `operationMode` for every operator (§6 `test_kind_directions`).
 
 One mixed-kind cloud (kinds 0, 1, 2, 3 cycling) and every interaction mode 0..14 plus a value
 outside the table (99: masks everything) through Density, Interpolate, Gradient, Divergence,
@@ -10,7 +9,7 @@ mode (CRK factors -> Gradient, renormalization matrices -> Gradient, computeOmeg
 Divergence / Laplacian) against references built under the same mode (the CRK factors
 reference below follows §4.3 with its own NumPy algebra), the reverse-mode masking (a masked
 query row and a masked reference get exactly zero gradient) and the saved-kinds version check.
-Forward mode (`autodiff.md` §12): every operator's explicit JVP and dual-tensor route in every
+Forward mode: every operator's explicit JVP and dual-tensor route in every
 mode against J·v of the masked primal, reverse over forward (gradcheck of JVP outputs) under
 mixed modes, the Density HVP in every mode against torch's double backward of the masked
 reference, and the saved kinds of the JVP, dual and HVP launches.
@@ -465,7 +464,7 @@ def test_reverse_mode_masking(device, mode):
 @pytest.mark.parametrize("role", ["query", "reference"])
 def test_saved_kinds_inplace_change_detected(device, role):
     """Kinds are saved for backward: changing them in place between forward and backward
-    trips torch's version check (autodiff.md §5, §12) for every operator."""
+    trips torch's version check for every operator."""
     dom, q, r, fq, fr, vol, omq, omr, A, B, gA, gB, L = _reverseCase(device)
     for op in OPS:
         qk, rk = q.kinds.clone(), r.kinds.clone()
@@ -524,7 +523,7 @@ def test_reverse_mode_masking_correction_builders(device, mode):
 
 
 # --------------------------------------------------------------------------------------
-# forward mode under every interaction mode (autodiff.md §12): explicit JVPs, dual tensors,
+# forward mode under every interaction mode: explicit JVPs, dual tensors,
 # reverse over forward, the Density HVP and the saved kinds of the JVP launches
 # --------------------------------------------------------------------------------------
 

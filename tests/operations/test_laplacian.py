@@ -1,4 +1,4 @@
-"""Laplacian forward values (`operators.md` §2.0, §2.6, §3, §4, §5, §6, §8, §9) against the
+"""Laplacian forward values against the
 independent float64 reference `sph_reference.laplacianReference`, and Laplacian validation."""
 
 from __future__ import annotations

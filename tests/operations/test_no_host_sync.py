@@ -1,4 +1,4 @@
-"""The no-host-sync invariant (`autodiff.md` §15), counted (`warpSPHCore.util.hostSyncCensus`
+"""The no-host-sync invariant, counted (`warpSPHCore.util.hostSyncCensus`
 patches every readback and synchronising call of §15.2, on any device, so it runs on CPU).
 
 Exact numbers, per package module:
@@ -86,7 +86,7 @@ def test_census_counts_a_readback_here(device):
     assert c.total == 1
 
 
-# --- forward mode (autodiff.md §15.1, §15.2) ----------------------------------------------
+# --- forward mode ----------------------------------------------
 
 
 def _jvpCall(op, q, dom, adj, f, crk, route, v):
@@ -297,7 +297,7 @@ def test_exact_census(device, case, traversal):
     v = torch.cos(3.0 * q.positions)
     x = q.positions.clone().requires_grad_(True)
     p = ParticleState(x, q.supports, q.masses, q.kinds, q.densities)
-    # the Tier-2 scope (autodiff.md §9.4): no geometry JVP with grad-h, nor for Interpolate
+    # the Tier-2 scope: no geometry JVP with grad-h, nor for Interpolate
     # and Covariance with CRK or renormalization; value tangents alone are Tier 1 there
     geometryOK = "gradH" not in corr and not (
         op in (WarpOperation.Interpolate, WarpOperation.Covariance)

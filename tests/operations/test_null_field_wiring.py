@@ -1,5 +1,5 @@
 """Null fields: permanent, never-differentiable placeholders of disabled slots
-(`autodiff.md` §5; `testing.md` §6 "Null fields"; pitfalls W35, W61).
+(`autodiff.md` §5 "Null fields").
 
 The 36-slot wiring through `extractStateInfo` is tested with the operators; here the
 registry itself and its behaviour inside the bridge are pinned with a toy kernel.

@@ -1,4 +1,4 @@
-"""Kinds masking (`operators.md` §6): every one of the 15 `OperationDirection` modes on mixed
+"""Kinds masking: every one of the 15 `OperationDirection` modes on mixed
 kinds (0, 1, 2, 3 cycling) against a masked float64 reference written from the table, for
 Density and Interpolate, aliased and distinct reference sets, CSR and grid traversal; plus a
 gradcheck per mode (masking is an `if`, never a `continue`, W73)."""

@@ -1,4 +1,4 @@
-"""The declared operator ABI (`autodiff.md` §4, §7, §8): the 36-slot layout of
+"""The declared operator ABI: the 36-slot layout of
 `extractStateInfo`, `structFor`, lattice-calibration resolution, `launchOperator` extras
 validation, `warpWrapper2` equivalence, inert-tensor pruning and `asScalarArg`."""
 
@@ -315,7 +315,7 @@ def test_device_mismatch_raises(device):
 
 
 def test_jvp_specs_name_the_value_extras():
-    """`JVPSpec` per operator (`autodiff.md` §8.3): the value operators name their values
+    """`JVPSpec` per operator: the value operators name their values
     extra (one flat ``[N_q F | N_r F]`` array for Gradient, Divergence, Curl and Laplacian,
     the reference values for Interpolate), Density and Covariance none; every one has its
     Tier-2 kernel."""

@@ -63,7 +63,7 @@ from warpSPHCore.operators._coefficients import (
 from warpSPHCore.util.fieldRegistry import FieldKind, nullField
 from warpSPHCore.util.warpContext import warpDevice
 
-# Forward-only and -O0: one small module, compiled once with its six overloads (testing.md §17).
+# Forward-only and -O0: one small module, compiled once with its six overloads.
 wp.set_module_options({"enable_backward": False, "optimization_level": 0})
 
 F64 = torch.float64
@@ -301,7 +301,7 @@ def _packs(case, variant, device, fixed, x, v, dtype):
 
 
 def _reference(case, variant, fixed, x, pairs):
-    """Columns C, V, S, QL from the formulas of `operators.md` §2.3-2.6, §4.1-4.2 (NumPy)."""
+    """Columns C, V, S, QL from the formulas of §4.1-4.2 (NumPy)."""
     scheme = int(case[0])
     volumes, densities, gradH, divideQuery, consistent = VARIANTS[variant]
     n = {k: (None if t is None else t.numpy()) for k, t in {**fixed, **x}.items()}

@@ -2,10 +2,10 @@
 operator, and every value of every option its entry declares (gradient schemes, Laplacian
 schemes, dot mode, ...), has
 
-* a float64 `torch.autograd.gradcheck` test (reverse mode, `testing.md` §3),
+* a float64 `torch.autograd.gradcheck` test (reverse mode),
 * a forward-mode check (JVP against J·v / central differences, Tier-1 bit-exactness, or the
-  scope matrix's rejection, `testing.md` §4),
-* a comparison against an independent reference (`sph_reference`, `testing.md` §1).
+  scope matrix's rejection),
+* a comparison against an independent reference (`sph_reference`).
 
 `COVERAGE` maps each (operator, option) to the existing test functions of each kind; the
 required keys are derived from the registry, so an operator or option added to the registry

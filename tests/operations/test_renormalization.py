@@ -1,4 +1,4 @@
-"""Gradient renormalization (`operators.md` §4.4) forward: `computeRenormalizationMatrices`
+"""Gradient renormalization forward: `computeRenormalizationMatrices`
 and the pseudo-inverse helpers against the float64 NumPy references of `sph_reference`
 (`covarianceReference` for C and n, `renormalizationReference` for the identity fallback, L
 and eigVals: `np.linalg.eigh` / `np.linalg.pinv` with the spec's cutoffs and branches).
@@ -98,7 +98,7 @@ def test_renormalization_with_crk_and_volumes(device, dim):
 
 @pytest.mark.parametrize("mode", [1, 3, 9])
 def test_renormalization_kinds_masking(device, mode):
-    """Masked queries have C = 0 and no neighbours: identity rows (operators.md §6)."""
+    """Masked queries have C = 0 and no neighbours: identity rows."""
     dom = makeDomain(2, F64, device)
     kinds = [0, 1, 2, 0, 0, 1, 0, 2, 0, 0, 1, 0]
     q = marginCloud(12, 2, F64, device, seed=5, domain=dom, kinds=kinds)

@@ -1,4 +1,4 @@
-"""`sphOperation_warp` (flat-tensor adapter, `operators.md` §7.2) equals `warpOperation` on the
+"""`sphOperation_warp` (flat-tensor adapter) equals `warpOperation` on the
 same state, keeps its own defaults (Wendland4), and rejects flags that disagree with their
 tensors."""
 

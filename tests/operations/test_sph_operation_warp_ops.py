@@ -1,4 +1,4 @@
-"""`sphOperation_warp` (flat-tensor adapter, `operators.md` §7.2) for Divergence, Curl and
+"""`sphOperation_warp` (flat-tensor adapter) for Divergence, Curl and
 Laplacian: bit-identical to the equivalent `warpOperation` call with every `useX` flag
 (volumes, CRK, grad-h, renormalization) alone and together, its own defaults (kernel
 Wendland4, laplacianMode Default, operationMode AllToAll) and option pass-through, values
@@ -212,7 +212,7 @@ def test_adapter_options_pass_through(device):
                     **fl)
         pr = props(LAP, laplacianMode=lap, positiveDivergence=True)
         assert torch.equal(out, _structured(c, pr, **st))
-        # Naive never applies CRK or renormalization (operators.md §2.6)
+        # Naive never applies CRK or renormalization
         applied = ("volumes", "gradH") if lap == LaplacianScheme.Naive else FLAGS
         _close(out, _reference(c, LAP, pr, applied))
 

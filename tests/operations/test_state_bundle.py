@@ -1,5 +1,4 @@
-"""StateBundle: persistent structs on the no-grad path only (`autodiff.md` §6.2 step 4, §14;
-`testing.md` §6 "State bundle"; pitfall W25)."""
+"""StateBundle: persistent structs on the no-grad path only (`autodiff.md` §6.2 step 4, §14 "State bundle")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CUDA streams and graph capture (`autodiff.md` §16; `autograd/stream.py`).
+"""CUDA streams and graph capture (`autograd/stream.py`).
 
 On the CPU: `torchWarpStream("cpu")` is a usable no-op (nestable, results unchanged) and
 `torchWarpCapture` raises `RuntimeError` (no CUDA / a CPU scope / no enclosing scope). The

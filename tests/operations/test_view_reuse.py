@@ -1,5 +1,5 @@
-"""Reentrancy of the bridge with cached views (`autodiff.md` §6.2-6.3, §14; `testing.md` §6
-"Reentrancy", "Aliasing", "View cache"; pitfalls W19, W20, W23, W24, W62).
+"""Reentrancy of the bridge with cached views (§14
+"Reentrancy", "Aliasing", "View cache").
 
 Every gradient is compared with an independent torch reference of the toy operator.
 """

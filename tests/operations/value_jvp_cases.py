@@ -1,5 +1,5 @@
 """Named-primal case builders of the value-operator forward-mode tests (Gradient,
-Divergence, Curl, Laplacian; `testing.md` §4): float64 primals and tangents by name, the
+Divergence, Curl, Laplacian): float64 primals and tangents by name, the
 primal `warpOperation` as a function of them (the J·v and central-difference oracles of
 `jvp_helpers`), the explicit `warpOperationJVP` and the dual route.
 

@@ -1,5 +1,5 @@
 """Shared geometry-JVP checks of Divergence and Curl (`test_forward_mode_geometry_jvp_
-{divergence,curl}.py`, `testing.md` §4): 2D vector and matrix fields on the named-primal
+{divergence,curl}.py`): 2D vector and matrix fields on the named-primal
 cases of `value_jvp_cases`, every tangent channel, the corrections with their tangents,
 distinct and cloned reference sets, traversals, periodic axes, combined tangents, float32
 and reverse over forward. Each check takes the operator; the two files differ in their

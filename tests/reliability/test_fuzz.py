@@ -185,7 +185,7 @@ seeds = st.integers(0, 2**20)
 
 
 def validFieldShape(draw, op, d, props):
-    """A field shape S the operator defines (operators.md §3)."""
+    """A field shape S the operator defines."""
     if op in (WarpOperation.Interpolate, WarpOperation.Gradient):
         return draw(st.sampled_from([(), (2,), (d,), (d, 2)]))
     if op == WarpOperation.Divergence:
@@ -561,7 +561,7 @@ def test_search_values(d, dtype, nq, nr, sup, posKind, periodic, extent, mode, s
     res, msg = outcome(lambda: radiusSearchCompactHashMap(q, dom, mode=mode,
                                                           referenceParticles=r),
                        ("radiusSearchCompactHashMap",))
-    # which inputs are invalid (neighborhood.md §5.3)
+    # which inputs are invalid
     P = [x.positions.double().numpy() for x in (q, rr)]
     H = [x.supports.double().numpy() for x in (q, rr)]
     nonEmpty = P[0].shape[0] > 0 and P[1].shape[0] > 0
@@ -837,7 +837,7 @@ def test_out_of_scope_and_unsupported():
 
 
 def test_viscosity_kernel_self_pair_is_documented_inf():
-    """ViscosityKernel is singular at r = 0 (kernels.md §3.13): the self pair's W = +inf is
+    """ViscosityKernel is singular at r = 0: the self pair's W = +inf is
     the documented result, not a silent NaN elsewhere."""
     _count("test_viscosity_kernel_self_pair_is_documented_inf")
     dom = R.makeDomain(2, torch.float64, "cpu")

@@ -1,4 +1,4 @@
-"""Long-run reliability (issue "Reliability", "No leaks, bounded caches"; `autodiff.md` §14).
+"""Long-run reliability (issue "Reliability", "No leaks, bounded caches").
 
 A small optimisation loop on a 2D jittered periodic lattice (N = 396): every step runs the
 neighbour search (`radiusSearchCompactHashMap`), a no-grad Density diagnostic, the CRK

@@ -1,4 +1,4 @@
-"""No leaks, bounded caches (`autodiff.md` §5, §14; issue "Reliability").
+"""No leaks, bounded caches (issue "Reliability").
 
 The view cache (attached `Field`s), the null-field registry, the dummy caches, the
 StateBundle structs and the launcher memo tables must hold no strong reference that keeps

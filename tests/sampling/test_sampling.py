@@ -1,4 +1,4 @@
-"""Test-data helpers (`testing.md` §14): `sampleDensestLattice`, `generateNeighborTestData`.
+"""Test-data helpers: `sampleDensestLattice`, `generateNeighborTestData`.
 
 Distances are checked by brute force over all pairs (minimum image for periodic checks),
 written here in NumPy.
