@@ -1,8 +1,8 @@
 """Every reference in the docstrings, comments and docs resolves inside the repository.
 
 - No citation of material a user does not have: no section signs, issue numbers, pitfall
-  numbers or names of the specification's files in src/, docs/ or README.md (the CHANGELOG
-  keeps its history).
+  numbers or names of the specification's files in src/, docs/ or README.md, nor in the
+  benchmarks, scripts, examples and tests (the CHANGELOG keeps its history).
 - ``docs/PAGE.md`` named anywhere in src/, docs/ or README.md is a page of docs/; with
   ``#anchor`` the page has a heading of that anchor; with a quoted section (``docs/PAGE.md,
   "Heading"``) the page has a heading containing it.
@@ -34,6 +34,21 @@ def _sources():
     return files + [ROOT / "README.md"]
 
 
+# the same for the rest of the code (a one-digit "(W2" there is the Wendland2 constant)
+CODE_CITATION = re.compile(r"§|[Ii]ssue [0-9]|pitfalls? W[0-9]|\(W[0-9]{2}[,)/ ]"
+                           r"|W[0-9]{1,2}/W[0-9]|autodiff\.md|warp-pitfalls\.md|testing\.md"
+                           r"|STYLE\.md")
+
+
+def _codeAndTests():
+    """Benchmarks, scripts, examples and tests (this file, which spells the patterns out,
+    aside)."""
+    here = Path(__file__).resolve()
+    files = [f for d in ("benchmarks", "scripts", "examples", "tests")
+             for f in sorted((ROOT / d).rglob("*")) if f.suffix in (".py", ".sh", ".md")]
+    return [f for f in files if f.resolve() != here]
+
+
 def _headings(page: Path) -> list[str]:
     return HEADING.findall(FENCE.sub("", page.read_text()))
 
@@ -52,6 +67,9 @@ def _rel(path: Path) -> str:
 def test_no_citations_of_material_users_do_not_have():
     found = [f"{_rel(f)}:{n}: {line.strip()[:90]}" for f in _sources()
              for n, line in enumerate(f.read_text().splitlines(), 1) if CITATION.search(line)]
+    found += [f"{_rel(f)}:{n}: {line.strip()[:90]}" for f in _codeAndTests()
+              for n, line in enumerate(f.read_text().splitlines(), 1)
+              if CODE_CITATION.search(line)]
     assert not found, "\n".join(found[:40]) + f"\n({len(found)} in all)"
 
 

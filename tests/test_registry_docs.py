@@ -57,7 +57,7 @@ def test_a_hand_edited_table_is_stale(tables):
 
 
 def test_shape_cells_follow_the_rules(tables):
-    """Spot checks of the computed shapes against `operators.md` §3."""
+    """Spot checks of the computed shapes against the shape rules."""
     shapes = tables.render("shapes")
     assert "| Gradient | `[N, d]` | `[N, d, d]` | `[N, d, d, d]` |" in shapes
     assert ("| Curl | 1D `[N]`; 2D/3D ValueError | 1D `[N]`; 2D `[N, 1]`; 3D `[N, 3]` | "

@@ -1,4 +1,4 @@
-"""Independent float64 NumPy re-statement of `kernels.md` §3–§6 for the kernel tests.
+"""Independent float64 NumPy re-statement of the kernel formulas for the kernel tests.
 
 Written from the spec text only (never imports library code): shape functions with their
 derivatives, C_d, the evaluation rule, the derived quantities with the eps regularisers,
@@ -85,7 +85,7 @@ def _tp(t, q):
 
 
 def shape(kernel, d, q):
-    """(k, k', k'', k''') of kernels.md §3 for q in [0, 1] (float64 arrays)."""
+    """(k, k', k'', k''') of each kernel's shape function for q in [0, 1] (float64 arrays)."""
     q = np.asarray(q, dtype=np.float64)
     a = 1.0 - q
     one = np.ones_like(q)
@@ -257,7 +257,7 @@ def dGradWdh(kernel, d, x, h, eps=1e-15):
 
 
 def hessian(kernel, d, x, h, eps=1e-15):
-    """H = k2 A + k1 B with the §5.3 regularisers."""
+    """H = k2 A + k1 B with the regularisers of the kernels' Hessian."""
     r, q, k = radial(kernel, d, x, h)
     xx = x[:, :, None] * x[:, None, :]
     eye = np.eye(d)[None]

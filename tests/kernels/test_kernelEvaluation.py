@@ -88,7 +88,7 @@ def _close(a, b, tol, msg):
 
 def test_quantities_match_reference(device, dtype, dim):
     """W, grad W, dW/dh, d(grad W)/dh, H, kernel Laplacian and its derivatives against the
-    NumPy statement of §2/§5 (same rounded inputs), q in [0, 1.2], all 15 kernels."""
+    NumPy statement (same rounded inputs), q in [0, 1.2], all 15 kernels."""
     rng = np.random.default_rng(11 + dim)
     npT = _npT(dtype)
     eps = R.EPS[npT]
@@ -176,7 +176,7 @@ SMOOTH_AT_ORIGIN = (
 
 
 def test_origin(device, dtype, dim):
-    """grad W(0) = 0 exactly for every kernel (Viscosity: W = +inf and grad W = NaN, §3.13);
+    """grad W(0) = 0 exactly for every kernel (Viscosity: W = +inf and grad W = NaN);
     H(0) = k2(0) I where k'(0) = 0; the Laplacian and T vanish at q < eps."""
     kernels = [k for k in R.ALL_KERNELS]
     h = np.linspace(0.7, 1.6, len(kernels))

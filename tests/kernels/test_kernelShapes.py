@@ -47,7 +47,7 @@ def _awayFromKnots(kernel, q, gap):
 
 
 def test_shapes_match_reference(device, dtype, dim):
-    """All 15 kernels, k..k''' against the NumPy statement of §3 on a q grid in [0, 1]."""
+    """All 15 kernels, k..k''' against the NumPy statement on a q grid in [0, 1]."""
     npT = np.float32 if dtype == torch.float32 else np.float64
     qs = np.linspace(0.0, 1.0, 101).astype(npT)
     qs = np.concatenate([qs, np.array([t for ts in R.KNOTS.values() for t in ts], dtype=npT)])
@@ -82,7 +82,7 @@ def test_shapes_cutoff_and_unknown(device, dtype, dim):
         assert np.all(np.isnan(v)), k
 
 
-# §3.16 table: k in 2D at q = 0, 0.3, 0.6, 0.9
+# published table: k in 2D at q = 0, 0.3, 0.6, 0.9
 SAMPLE_Q = (0.0, 0.3, 0.6, 0.9)
 SAMPLE_K = {
     R.W2: (1, 0.52822, 0.08704, 0.00046),
@@ -118,7 +118,7 @@ K0 = {
 
 
 def test_sample_values_and_k0(device, dtype, dim):
-    """The §3.16 table (2D) and every k(0) to 1e-10 absolute in float64."""
+    """The published table (2D) and every k(0) to 1e-10 absolute in float64."""
     atol = 1e-10 if dtype == F64 else 1e-6
     got = _shapes(device, dtype, dim, R.ALL_KERNELS, np.array([0.0]))
     for k, v in K0.items():

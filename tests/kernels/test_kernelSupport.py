@@ -1,7 +1,7 @@
 """Pairwise support schemes.
 
 The `_ij` Warp functions for all six SupportSchemes with non-uniform supports h_i != h_j
-(both orders) and ties, against an independent float64 NumPy re-statement of the §6 tables
+(both orders) and ties, against an independent float64 NumPy re-statement of the support tables
 (`kernel_reference.pairValue` / `pairHelper`) and, for the tangents, against finite
 differences.
 """

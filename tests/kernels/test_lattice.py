@@ -1,6 +1,6 @@
 """Lattice calibration and the host shape functions.
 
-References are written here independently: the 1/L tables of §9.4, brute-force lattice sums
+References are written here independently: the 1/L tables, brute-force lattice sums
 over Z^d with test-local shape functions, closed-form Fourier transforms and lattice zeta
 values.
 """
@@ -135,7 +135,7 @@ def test_shells_match_brute_force(kernel, d):
                          ids=lambda k: k.name)
 @pytest.mark.parametrize("d", [1, 2, 3])
 def test_calibrated_periodic_lattice_density_equals_rho0(kernel, d):
-    """Host version of the Density check of testing.md §9: a periodic cubic lattice with
+    """Host version of the Density check: a periodic cubic lattice with
     spacing s, masses rho0 s^d and h = n_h s < box/2 gives rho0 after calibration."""
     s, rho0, n_h = 0.1, 1000.0, 2.6
     M = 8 if d < 3 else 7  # particles per axis; box = M s > 2 h
@@ -232,7 +232,7 @@ def test_fourier_transform_matches_scipy_quadrature(kernel, d):
                          ids=lambda k: k.name)
 def test_fourier_transform_at_zero_is_the_integral(kernel):
     for d in (1, 2, 3):
-        # 1e-10: HOCT4's C_d is published to 10 digits (testing.md §15 normalisation)
+        # 1e-10: HOCT4's C_d is published to 10 digits (its published normalisation)
         assert float(kernelFourierTransform(kernel, 0.0, d)) == pytest.approx(1.0, abs=1e-10)
 
 
@@ -448,7 +448,7 @@ def test_strictly_above_1():
         for d in (1, 2, 3):
             for n_h in np.linspace(0.5, 8.0, 61):
                 assert latticeDensityShells(kernel, n_h, d) > 1.0
-    # a spline that crosses 1 (kernels.md §9.4: CubicSpline 2D, n_h = 4)
+    # a spline that crosses 1 (CubicSpline 2D, n_h = 4)
     assert latticeDensityShells(K.CubicSpline, 4.0, 2) < 1.0
     with pytest.raises(ValueError):
         latticeDensityIsStrictlyAbove1(123)
@@ -496,7 +496,7 @@ def test_host_shape_special_values():
     assert hostShape(K.AdhesionKernel, 0.4, 2) == 0.0
     assert hostShape(K.AdhesionKernel, 0.75, 2) == pytest.approx(0.25**0.25)
     assert hostShape(K.Gaussian, 0.3, 1) == pytest.approx(math.exp(-11.52), rel=1e-15)
-    # B7 knots are float64-exact (W6): k(1/7) = (6/7)^6 - 7 (4/7)^6 + 21 (2/7)^6
+    # B7 knots are float64-exact: k(1/7) = (6/7)^6 - 7 (4/7)^6 + 21 (2/7)^6
     ref = (6 / 7) ** 6 - 7 * (4 / 7) ** 6 + 21 * (2 / 7) ** 6
     assert hostShape(K.B7, 1 / 7, 3) == pytest.approx(ref, rel=1e-15)
     assert hostShapeKnots(K.CubicSpline, 2) == (0.5,)
@@ -509,7 +509,7 @@ def test_host_shape_special_values():
 
 SPH = (K.Wendland2, K.Wendland4, K.Wendland6, K.CubicSpline, K.QuarticSpline,
        K.QuinticSpline, K.B7, K.B8, K.HOCT4, K.Gaussian, K.Poly6, K.Spiky)
-C_LITERAL = {  # kernels.md §3 (independent of kernels/constants.py)
+C_LITERAL = {  # the published C_d (independent of kernels/constants.py)
     K.Wendland6: (55 / 32, 78 / (7 * PI), 1365 / (64 * PI)),
     K.QuarticSpline: (3125 / 768, 46875 / (2398 * PI), 15625 / (512 * PI)),
     K.QuinticSpline: (243 / 40, 15309 / (478 * PI), 2187 / (40 * PI)),

@@ -1,4 +1,4 @@
-"""Kernel metadata (`kernels.md` §7 "Metadata").
+"""Kernel metadata.
 
 The reference values are the tables of the spec, typed in here.
 """

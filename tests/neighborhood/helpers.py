@@ -48,7 +48,7 @@ def naivePairs(qPos, rPos, qSup, rSup, dom, mode):
 
 
 def assertCSR(adj):
-    """The CSR invariants of `neighborhood.md` §2.1."""
+    """The CSR invariants of an `AdjacencyList`."""
     counts = adj.numNeighbors.cpu().to(torch.int64)
     offsets = adj.edgeOffsets.cpu().to(torch.int64)
     E = adj.i.shape[0]

@@ -1,4 +1,4 @@
-"""`AdjacencyList` and `CompactHashMap` construction: shapes and dtypes only (W59)."""
+"""`AdjacencyList` and `CompactHashMap` construction: shapes and dtypes only."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def test_csr_traversal_clamps_corrupted_rows(device, dtype):
 
 
 def test_grid_structure(device, dtype, dim):
-    """Every field of the grid per §4: sort, occupied-cell table, hash buckets, stencil."""
+    """Every field of the grid: sort, occupied-cell table, hash buckets, stencil."""
     dom = domain(-1.0, 1.0, (True,) + (False,) * (dim - 1), device, dtype)
     q, hq = randomCloud(30, dim, device, dtype, seed=1, hMin=0.2, hMax=0.3)
     r, hr = randomCloud(70, dim, device, dtype, seed=2, lo=-2.5, hi=2.5, hMin=0.3, hMax=0.4)
@@ -198,7 +198,7 @@ def test_grid_structure(device, dtype, dim):
 
 
 def test_large_cell_indices_hash_in_int64(device):
-    """Many cells per axis (large c_k x prime products) stay exact (W57)."""
+    """Many cells per axis (large c_k x prime products) stay exact."""
     dtype = torch.float64
     dom = domain(0.0, 1.0, (False, False, True), device, dtype)
     pos, _ = randomCloud(150, 3, device, dtype, seed=5, lo=0.0, hi=1.0)

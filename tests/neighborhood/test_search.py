@@ -59,7 +59,7 @@ def test_random_clouds_all_modes(device, dtype, dim):
 
 @pytest.mark.parametrize("dim", [1, 2, 3], ids=["1d", "2d", "3d"])
 def test_query_reference_different_sizes(device, dtype, dim):
-    """Distinct query and reference sets of different sizes and support ranges (W58)."""
+    """Distinct query and reference sets of different sizes and support ranges."""
     for p, periodic in enumerate(PERIODIC_PATTERNS[dim]):
         dom = domain(-1.0, 1.0, periodic, device, dtype)
         q, hq = randomCloud(37, dim, device, dtype, seed=100 + p, hMin=0.2, hMax=0.3)
@@ -211,7 +211,7 @@ def test_determinism(device, dtype):
 
 
 def _expectedRowOrder(adj, grid, qPos, accepted):
-    """Host re-enactment of §5.1: stencil-offset order, then sorted slots per cell."""
+    """Host re-enactment of the row order: stencil-offset order, then sorted slots per cell."""
     numCells = grid.numCells.tolist()
     d = len(numCells)
     lo = grid.qMin.double().tolist()

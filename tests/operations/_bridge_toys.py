@@ -29,7 +29,7 @@ ensureWarp()
 @wp.func
 def _rowSum(off: wp.array(dtype=wp.int32), nbr: wp.array(dtype=wp.int32),
             w: wp.array(dtype=Any), x: wp.array(dtype=Any), i: wp.int32):
-    # the loop only accumulates; the nonlinear use happens in the caller (W3)
+    # the loop only accumulates; the nonlinear use happens in the caller
     acc = w.dtype(0.0)
     for e in range(off[i], off[i + 1]):
         acc += w[e] * x[nbr[e]]

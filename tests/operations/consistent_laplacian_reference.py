@@ -331,7 +331,7 @@ def covarianceMatrices(x, V, h, domain=None, pairs=None):
 
 
 def _pinv2(C):
-    """`operators.md` §4.4 2D closed form on the symmetrised matrix."""
+    """The 2D closed form on the symmetrised matrix."""
     a, c = C[:, 0, 0], C[:, 1, 1]
     b = 0.5 * (C[:, 0, 1] + C[:, 1, 0])
     disc = np.sqrt((a - c) ** 2 + 4.0 * b * b)
@@ -356,7 +356,7 @@ def _pinv2(C):
 
 
 def renormalizationMatrices(x, V, h, domain=None, pairs=None, returnC=False):
-    """``L_i = pinv(C_i)`` [N, d, d] as in `operators.md` §4.4 (identity for n_i < d + 2)."""
+    """``L_i = pinv(C_i)`` [N, d, d] as in the consistent Laplacian (identity for n_i < d + 2)."""
     p = _pairs(x, h, domain, pairs)
     C, n = covarianceMatrices(x, V, h, domain, p)
     d = p.d

@@ -214,7 +214,7 @@ def props(op=WarpOperation.Density, kernel=KernelFunctions.Wendland2, **kw):
 
 
 def tolerances(dtype, scale):
-    """(rtol, atol) of testing.md §8."""
+    """(rtol, atol) of the reference comparisons."""
     if dtype == torch.float32:
         return 1e-5, 1e-6 * scale
     return 1e-12, 1e-13 * scale
@@ -324,7 +324,7 @@ def gradientReference(query, domain, props, queryValues, referenceValues=None, r
 
 def covarianceReference(query, domain, props, reference=None, volumes=None, crk=None,
                         renorm=None, factor=1.0):
-    """(C [N_q, d, d], n [N_q]) of operators.md §2.7: C_i = N sum_j V_j (x_j - x_i) (x) G_ij
+    """(C [N_q, d, d], n [N_q]) of the renormalization: C_i = N sum_j V_j (x_j - x_i) (x) G_ij
     (rows: position component) and n_i = #{admitted j : W^R_ij > 0}; masked queries 0."""
     ref = query if reference is None else reference
     x, hq, hr, W, G, WR = correctedPairGeometry(query, ref, domain, props, crk, renorm)
@@ -446,7 +446,7 @@ def fieldPairTerms(query, domain, props, queryValues, referenceValues=None, refe
 def divergenceReference(query, domain, props, queryValues, referenceValues=None,
                         reference=None, volumes=None, crk=None, omegas=None, renorm=None,
                         consistent=False, factor=1.0):
-    """Divergence of operators.md §2.4: default contracts the first field axis
+    """Divergence: default contracts the first field axis
     (out[b...] = sum_delta d_delta f[delta, b...]), props.divergenceDotMode the last one."""
     c, G, qm, rm = fieldPairTerms(query, domain, props, queryValues, referenceValues, reference,
                                   volumes, crk, omegas, renorm, consistent)
@@ -472,7 +472,7 @@ for _a, _b, _c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
 
 def curlReference(query, domain, props, queryValues, referenceValues=None, reference=None,
                   volumes=None, crk=None, omegas=None, renorm=None, factor=1.0):
-    """Curl of operators.md §2.5: 3D out[a, s...] = sum_j eps_abc G_b c[c, s...]; 2D
+    """Curl: 3D out[a, s...] = sum_j eps_abc G_b c[c, s...]; 2D
     out[s...] = sum_j (G_x c[1, s...] - G_y c[0, s...]) ([N, 1] for a vector); 1D zeros."""
     nq = query.positions.shape[0]
     d = query.positions.shape[1]
@@ -565,7 +565,7 @@ def laplacianReference(query, domain, props, queryValues, referenceValues=None, 
 
 
 def renormalizationReference(C, n):
-    """(C', L, eigVals) of operators.md §4.4 from C [N, d, d] and counts n [N] (float64 NumPy):
+    """(C', L, eigVals) of the consistent Laplacian from C [N, d, d] and counts n [N] (float64 NumPy):
     rows with n < d + 2 -> identity; 1D 1/C above 1e-10; 2D eigen-reconstruction of the
     symmetrised C with each eigenvalue inverted on its own test (big > 1e-12, small >
     1e-6 big), eigVals (big, small) by magnitude; 3D np.linalg.pinv with rcond 1e-6 on the

@@ -1,4 +1,4 @@
-"""Aliased roles (W20): with referenceParticles=None the query tensors
+"""Aliased roles: with referenceParticles=None the query tensors
 fill the reference slots too; backward must report their combined gradient exactly once —
 equal to the sum of the query- and reference-role gradients of equal but distinct tensors,
 and to central finite differences — never twice. Also with the view cache disabled."""
@@ -94,7 +94,7 @@ def test_aliased_gradient_matches_finite_differences(device, op):
 
 def test_repeated_backward_is_reentrant(device):
     """Two identical forward/backward passes give bitwise-equal gradients (cached views are
-    zeroed on acquire, W19/W23)."""
+    zeroed on acquire)."""
     dom, q, f = _setup(device)
     grads = []
     (pos,) = leaves(q.positions)

@@ -1,5 +1,5 @@
 """Forward mode through the bridge and the loud failures of unsupported nestings
-(§11 "Dual wrapper"-W39, W64, W82).
+(the dual wrapper).
 
 The toy's forward-mode rule (`toyJvpFn`) is checked against the reference Jacobian
 contracted with the tangent.
@@ -150,7 +150,7 @@ def test_rule_sees_mask_and_saved_tensors(device):
 
 
 def test_empty_tangents_inactive(device, monkeypatch):
-    """An empty tangent is inactive: no readback, zero output tangent (W64)."""
+    """An empty tangent is inactive: no readback, zero output tangent."""
     off = torch.zeros(4, dtype=torch.int32, device=device)  # three rows, no edges
     nbr = torch.zeros(0, dtype=torch.int32, device=device)
     w = torch.zeros(0, dtype=torch.float64, device=device)
@@ -203,7 +203,7 @@ def test_create_graph_backward_raises(device):
 
 def test_functional_jvp_and_hvp_raise(device):
     """torch.autograd.functional.jvp/hvp use double backward; non-strict mode would return
-    silent zeros, so the bridge must raise (W37)."""
+    silent zeros, so the bridge must raise."""
     off, nbr, w, x, y = makeProblem(device=device)
     with pytest.raises(NotImplementedError):
         torch.autograd.functional.jvp(lambda x: toyApply(off, nbr, w, x, y), (x,),

@@ -1,4 +1,4 @@
-"""The correction acceptance matrix of `operators.md` §5 (with §2, §4) for every operator.
+"""The correction acceptance matrix (the corrections each operator applies) for every operator.
 
 "ignored" corrections are accepted and give results bit-identical (`torch.equal`) to the call
 without them; applied corrections change the result and match the independent float64
@@ -47,7 +47,7 @@ DIV, CURL, LAP, COV = (WarpOperation.Divergence, WarpOperation.Curl, WarpOperati
 MOM = WarpOperation.Momentum
 CORRECTIONS = ("volumes", "crk", "gradH", "renorm")
 
-# operators.md §5: the corrections each operator applies (the others are ignored)
+# the corrections each operator applies (the others are ignored)
 APPLIED = {
     DENSITY: (),
     INTERP: ("volumes", "crk"),

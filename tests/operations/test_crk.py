@@ -1,4 +1,4 @@
-"""`computeCRKFactors` forward values (`testing.md` CRK rows).
+"""`computeCRKFactors` forward values.
 
 The reference `crkReference` is an independent float64 NumPy brute force over every pair,
 written from the spec with a different algebra than the implementation: A and B come from

@@ -1,5 +1,5 @@
 """`computeCRKFactors` reverse mode: float64 gradcheck of every output (V, rho_CRK, A, B,
-gradA, gradB) w.r.t. positions and supports (`testing.md` §3 CRK row), aliased and distinct
+gradA, gradB) w.r.t. positions and supports, aliased and distinct
 reference sets, CSR / grid / on-the-fly traversals, 1D/2D/3D (tiny), clouds with limited rows
 (count < 2 and collinear neighbours; invertible m2 but singular full moment matrix), and CRK
 built inside the graph and chained into `warpOperation(Gradient)`. Neighbourhoods are frozen

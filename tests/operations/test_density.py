@@ -26,7 +26,7 @@ from warpSPHCore import (
 )
 from warpSPHCore.operations import warpOperation
 
-# operators.md §9
+# a small hand-checkable configuration
 TV_POS = [[0.0, 0.0], [0.3, 0.0], [0.0, 0.4], [0.25, 0.35]]
 TV_H = [1.0, 0.8, 1.2, 0.9]
 TV_M = [1.0, 2.0, 1.5, 0.5]

@@ -4,7 +4,7 @@ Matrix: every support scheme x every traversal (2D, aliased reference set); dist
 reference sets (non-coincident and with cloned coordinates, W42) x traversals with lattice
 calibration; periodic; 1D and 3D; coincident points. Neighbour structures are built once
 from detached positions, with every pair at least 1e-3 h away from every support threshold;
-supports vary by ±15 % (W41).
+supports vary by ±15 %.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _testVectorState(device):
 
 
 def _directTestVector(p, g):
-    """operators.md §9 by hand: 16 pairs, Wendland2 (2D) under Gather, V_j = m_j / rho_j,
+    """By hand: 16 pairs, Wendland2 (2D) under Gather, V_j = m_j / rho_j,
     Difference: div_i = sum_j sum_delta (g_j - g_i)_delta V_j dW_delta(x_ij, h_i)."""
     x, h = p.positions.numpy(), p.supports.numpy()
     m, rho, f = p.masses.numpy(), p.densities.numpy(), g.numpy()

@@ -1,4 +1,4 @@
-"""Field registry: the identity-keyed torch -> Warp view cache (§14 "View cache")."""
+"""Field registry: the identity-keyed torch -> Warp view cache."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_detach_defeats_caching_by_design(device):
     t = torch.arange(5, dtype=torch.float64, device=device)
     a = acquireView(t.detach())
     b = acquireView(t.detach())
-    assert a is not b  # detach() returns a new object every call (W22)
+    assert a is not b  # detach() returns a new object every call
     assert not hasattr(t, FIELD_ATTR)
     assert a.ptr == b.ptr == t.data_ptr()
 
@@ -87,12 +87,12 @@ def test_non_contiguous_never_cached(device):
     assert v1 is not v2
     assert not hasattr(col, FIELD_ATTR)
     np.testing.assert_array_equal(_np(v1), col.cpu().numpy())
-    base.mul_(2.0)  # a cached copy would now be stale (W30)
+    base.mul_(2.0)  # a cached copy would now be stale
     np.testing.assert_array_equal(_np(acquireView(col)), col.cpu().numpy())
 
 
 def test_degenerate_strides_1d(device):
-    # torch.vstack([...]).mT in 1D: contiguous by torch's rules, rejected by from_torch (W10)
+    # torch.vstack([...]).mT in 1D: contiguous by torch's rules, rejected by from_torch
     x = torch.vstack([torch.linspace(0, 1, 5, dtype=torch.float64, device=device)]).mT
     assert x.shape == (5, 1) and x.stride() != (1, 1)
     v = acquireView(x)
@@ -181,7 +181,7 @@ def test_tensors_die_by_refcount(device):
         rt, rg = weakref.ref(t), weakref.ref(g)
         del t, g
         assert rt() is None and rg() is None
-        # a bridged call with grad: neither input nor output is kept alive by a cycle (W26)
+        # a bridged call with grad: neither input nor output is kept alive by a cycle
         off, nbr, w, x, y = makeProblem(device=device)
         x.requires_grad_()
         out = toyApply(off, nbr, w, x, y)
@@ -211,4 +211,4 @@ def test_uncached_conversion_uses_detached_tensor(device):
     v = getCachedWarpArray(t, use_cache=False)
     assert not v._tensor.requires_grad and v._tensor is not t
     assert v.requires_grad and v.grad is not None  # view mirrors t.requires_grad
-    assert t.grad is None  # the caller's .grad is never touched (W77)
+    assert t.grad is None  # the caller's .grad is never touched

@@ -21,7 +21,7 @@ Matrix: every support scheme in 1D and 2D (shared set, v = u and v != u), distin
 (non-coincident, and cloned coordinates where H(0) enters), mixed kinds in several modes,
 lattice calibration, a periodic domain, float32, a gradcheck of the HVP output, the
 relation to reverse-over-forward of the Density JVP, rejections and empty sets. Clouds keep
-every pair 1e-3 h away from every support threshold; supports vary by +-15 % (W41).
+every pair 1e-3 h away from every support threshold; supports vary by +-15 %.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The bridge's jvp() dispatch on real operators (§9.7
-"Dual wrapper", "Pruning", "Kinds version check"): live-mask dispatch, torch-synthesised
+"""The bridge's jvp() dispatch on real operators (the dual wrapper, pruning, the kinds'
+version check): live-mask dispatch, torch-synthesised
 zeros are not live, exactly-zero tangents when nothing is live, one readback per dual call,
 empty tangents and outputs, channels the formula never reads are dropped, tangents without a
 home raise, and kinds saved for torch's version check.

@@ -141,7 +141,7 @@ def test_dot_jvp_positive_divergence(device):
 
 @pytest.mark.parametrize("distinctSets", [False, True], ids=["aliased", "distinct"])
 def test_dot_jvp_reverse_over_forward(device, distinctSets):
-    """The Dot projection reuses a loop-accumulated sum nonlinearly (W3): its adjoint through
+    """The Dot projection reuses a loop-accumulated sum nonlinearly: its adjoint through
     the JVP kernel is checked here."""
     gscheme = GradientScheme.Naive if distinctSets else GradientScheme.Symmetric
     checkReverseOverForward(DOT, gscheme, "crk+renorm", (2,), device, seed=520,

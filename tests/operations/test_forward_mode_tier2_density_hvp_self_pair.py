@@ -1,4 +1,4 @@
-"""Self pairs of the Density position HVP (W43).
+"""Self pairs of the Density position HVP.
 
 2D 3x3 grid, supports 0.85 (1 +- 15 %), Gather. When the reference set is the query set the
 pair j == i is dropped: its term W(x_i - x_i) is constant in the one shared variable x_i.

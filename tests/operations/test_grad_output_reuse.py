@@ -1,6 +1,6 @@
 """A reused `grad_output` buffer gives correct gradients on every call and is never modified: the Density output owns its adjoint buffer, so `tape.zero()` cannot clear
 the caller's seed. Also: float32 and float64 calls interleave in one process with the same
-results as separate runs (W17)."""
+results as separate runs."""
 
 from __future__ import annotations
 

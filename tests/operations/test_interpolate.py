@@ -129,7 +129,7 @@ def test_interpolate_calibration_factor(device, dtype, traversal):
 
 
 def _crkFromMoments(p, dom):
-    """A, B and V of operators.md §4.3 steps 1, 2, 4 in NumPy (Gather volumes, Scatter
+    """A, B and V of the CRK construction (steps 1, 2, 4) in NumPy (Gather volumes, Scatter
     moments) — the test's own CRK, used as a reproducing-property oracle."""
     x = pairVectors(p.positions.cpu().numpy(), p.positions.cpu().numpy(),
                     dom.min.cpu().numpy(), dom.max.cpu().numpy(),

@@ -2,7 +2,7 @@
 and the CRK A, B.
 
 Matrix: every support scheme x {none, volumes, CRK} (2D, CSR, aliased, scalar field); grid
-and on-the-fly traversals with vector fields; distinct and cloned reference sets (W42) with
+and on-the-fly traversals with vector fields; distinct and cloned reference sets with
 matrix fields and calibration; periodic; 1D and 3D; coincident points with CRK.
 Neighbour structures are frozen (built once from detached positions, 1e-3 h margin).
 """

@@ -1,13 +1,13 @@
-"""Particle kinds and `operationMode` for every operator (§6 `test_kind_directions`).
+"""Particle kinds and `operationMode` for every operator.
 
 One mixed-kind cloud (kinds 0, 1, 2, 3 cycling) and every interaction mode 0..14 plus a value
 outside the table (99: masks everything) through Density, Interpolate, Gradient, Divergence,
 Curl, Laplacian and Covariance, plain and with every applicable correction, against the
 "masked primal": the independent float64 NumPy references of `sph_reference` evaluated with
-the same mode (mode table written from §6 there). Then the correction chains built under a
+the same mode (mode table written out there). Then the correction chains built under a
 mode (CRK factors -> Gradient, renormalization matrices -> Gradient, computeOmega ->
 Divergence / Laplacian) against references built under the same mode (the CRK factors
-reference below follows §4.3 with its own NumPy algebra), the reverse-mode masking (a masked
+reference below follows the CRK construction with its own NumPy algebra), the reverse-mode masking (a masked
 query row and a masked reference get exactly zero gradient) and the saved-kinds version check.
 Forward mode: every operator's explicit JVP and dual-tensor route in every
 mode against J·v of the masked primal, reverse over forward (gradcheck of JVP outputs) under
@@ -260,7 +260,7 @@ def test_mixed_modes_are_distinct(device):
 
 
 def crkFactorsReference(query, domain, kernel, mode):
-    """(V, A, B, gradA, gradB) of `operators.md` §4.3 (reference set = query set) in float64
+    """(V, A, B, gradA, gradB) of the CRK construction (reference set = query set) in float64
     NumPy: Gather volume on the set (j in the query role), Scatter moments with spatial
     derivatives, the limiter (count of admitted pairs with W > 0, det(m2) / h^2d < 1e-14),
     plus the implementation's Schur-complement test, then M = inv(m2) and the closed-form
@@ -289,8 +289,7 @@ def crkFactorsReference(query, domain, kernel, mode):
            + np.einsum("ia,bg->igab", m1, I) + np.einsum("ag,ib->igab", I, m1))  # [k, a, b]
     count = ((W > 0) & rm[None, :] & qm[:, None]).sum(axis=1)
     lim = (count < 2) | (np.abs(np.linalg.det(m2)) / h ** (2 * d) < 1e-14)
-    # Schur-complement limiter of the implementation (documented deviation in crk.py, not in
-    # operators.md §4.3): rows whose full moment matrix is singular although m2 is not (e.g.
+    # Schur-complement limiter of the implementation (documented deviation in crk.py): rows whose full moment matrix is singular although m2 is not (e.g.
     # a query whose own kind is masked, seeing two in-support neighbours in 2D) are limited
     # too; there A = 1 / s is pure rounding.
     m2s = np.where(lim[:, None, None], I, m2)

@@ -102,7 +102,7 @@ def _testVectorState(device):
 
 
 def _directTestVector(p, f, scheme, dot=False):
-    """A direct float64 evaluation of §2.6 over all 16 pairs of the §9 vector (Wendland2,
+    """A direct float64 evaluation of the Laplacian over all 16 pairs of the test vector (Wendland2,
     Gather, V_j = m_j / rho_j), written out per pair without the reference helpers."""
     x = p.positions.detach().cpu().double().numpy()
     h = p.supports.detach().cpu().double().numpy()
@@ -141,7 +141,7 @@ def _directTestVector(p, f, scheme, dot=False):
 
 
 def test_laplacian_test_vector(device):
-    """§9: Laplacian f (Naive, Brookshaw, Default) and Laplacian g Dot, row 0; the same for
+    """The test vector: Laplacian f (Naive, Brookshaw, Default) and Laplacian g Dot, row 0; the same for
     the Naive, Difference and Summation gradient schemes; a direct evaluation reproduces them."""
     p, dom = _testVectorState(device)
     f = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64, device=device)

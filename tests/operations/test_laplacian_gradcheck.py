@@ -6,7 +6,7 @@ renorm, CRK+renorm+volumes+grad-h} (Naive: the CRK/renorm states are accepted an
 only none and volumes+grad-h; 2D, CSR, aliased, scalar field or vector for Dot; support
 schemes cycled); grid and on-the-fly traversals; distinct and cloned reference sets;
 positiveDivergence away from its switching surface; periodic; 1D and 3D; coincident points
-(r = 0) with CRK (W12); grid vs CSR gradients value by value. Neighbour structures are frozen
+(r = 0) with CRK; grid vs CSR gradients value by value. Neighbour structures are frozen
 (1e-3 h margin).
 """
 
@@ -237,7 +237,7 @@ def test_laplacian_gradcheck_dimensions(device, dim, traversal, lscheme, gscheme
 
 @pytest.mark.parametrize("lscheme", STATELESS_LAPLACIAN, ids=lambda s: s.name)
 def test_laplacian_gradcheck_coincident(device, lscheme):
-    """Self pairs and a coincident distinct pair (r = 0) with CRK, G(0) != 0 (W12): the
+    """Self pairs and a coincident distinct pair (r = 0) with CRK, G(0) != 0: the
     backward is finite and exact. Particles 0 and 1 share one position leaf row, so the pair
     stays at r = 0 under every perturbation (moving one of them alone is not differentiable
     with CRK: the term grows like G(0).x_hat / r). Poly6 keeps central differences second

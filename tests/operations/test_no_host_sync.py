@@ -1,5 +1,5 @@
 """The no-host-sync invariant, counted (`warpSPHCore.util.hostSyncCensus`
-patches every readback and synchronising call of §15.2, on any device, so it runs on CPU).
+patches every readback and synchronising call, on any device, so it runs on CPU).
 
 Exact numbers, per package module:
 

@@ -1,5 +1,4 @@
-"""Null fields: permanent, never-differentiable placeholders of disabled slots
-(`autodiff.md` §5 "Null fields").
+"""Null fields: permanent, never-differentiable placeholders of disabled slots.
 
 The 36-slot wiring through `extractStateInfo` is tested with the operators; here the
 registry itself and its behaviour inside the bridge are pinned with a toy kernel.

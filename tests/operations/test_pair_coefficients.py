@@ -7,7 +7,7 @@ covering subset in which every value of every axis appears, the full product mar
 each correction variant (masses, volumes, volumes without densities, grad-h with f_j or both
 f_i and f_j divided, consistent volumes):
 
-* the values against an independent float64 NumPy evaluation of `operators.md` §2.3-2.6
+* the values against an independent float64 NumPy evaluation of the pair coefficients' formulas
   (c_ij, V_j, s_ij, q_ij), and every output finite with the null placeholders filled with NaN
   (``WARPSPHCORE_NULL_FILL=sentinel``: no read of an absent density, volume or Omega, W61);
 * the value returned by each JVP equals its value function bit for bit;
@@ -301,7 +301,7 @@ def _packs(case, variant, device, fixed, x, v, dtype):
 
 
 def _reference(case, variant, fixed, x, pairs):
-    """Columns C, V, S, QL from the formulas of §4.1-4.2 (NumPy)."""
+    """Columns C, V, S, QL from their formulas (NumPy)."""
     scheme = int(case[0])
     volumes, densities, gradH, divideQuery, consistent = VARIANTS[variant]
     n = {k: (None if t is None else t.numpy()) for k, t in {**fixed, **x}.items()}
@@ -363,7 +363,7 @@ def test_pair_coefficients(device, monkeypatch, scheme, support, d, dtype):
             u = _f32(u)
         tag = f"{scheme.name}/{variant}"
         out, _ = _launch(case, variant, device, fixed, x, v, pairs, u, dtype)
-        assert torch.isfinite(out).all(), f"{tag}: a null placeholder was read (W61)"
+        assert torch.isfinite(out).all(), f"{tag}: a null placeholder was read"
 
         # values against NumPy; the JVPs' values are the value functions'
         ref = _reference(case, variant, fixed, x, pairs)

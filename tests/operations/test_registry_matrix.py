@@ -1,4 +1,4 @@
-"""The test matrix iterates the operator registry (`operators.OPERATORS`, STYLE.md §3): every
+"""The test matrix iterates the operator registry (`operators.OPERATORS`): every
 operator, and every value of every option its entry declares (gradient schemes, Laplacian
 schemes, dot mode, ...), has
 

@@ -1,4 +1,4 @@
-"""StateBundle: persistent structs on the no-grad path only (`autodiff.md` §6.2 step 4, §14 "State bundle")."""
+"""StateBundle: persistent structs on the no-grad path only."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Reentrancy of the bridge with cached views (§14
-"Reentrancy", "Aliasing", "View cache").
+"""Reentrancy of the bridge with cached views (reentrancy, aliasing, the view cache).
 
 Every gradient is compared with an independent torch reference of the toy operator.
 """
@@ -71,7 +70,7 @@ def test_two_unrelated_backward_passes_equal(device, cacheMode):
     second = torch.autograd.grad(toyApply(off, nbr, w, x, y).sum(), (w, x, y))
     ref = _refGrads(off, nbr, w, x, y)
     for a, b, r in zip(first, second, ref):
-        assert torch.equal(a, b)  # no accumulation across calls (W19)
+        assert torch.equal(a, b)  # no accumulation across calls
         torch.testing.assert_close(a, r, **TOL)
     # .backward() into leaves twice: torch accumulates, the bridge must not
     toyApply(off, nbr, w, x, y).sum().backward()
@@ -99,7 +98,7 @@ def test_reused_grad_output(device, cacheMode):
     ref = _refGrads(off, nbr, w, x, y, seed)
     for _ in range(3):
         got = torch.autograd.grad(toyApply(off, nbr, w, x, y), (w, x, y), seed)
-        assert torch.equal(seed, keep)  # never consumed or zeroed by the tape (W24)
+        assert torch.equal(seed, keep)  # never consumed or zeroed by the tape
         for a, r in zip(got, ref):
             torch.testing.assert_close(a, r, **TOL)
 
@@ -198,7 +197,7 @@ def test_inplace_change_before_backward_detected(device):
     off, nbr, w, x, y = makeProblem(device=device)
     x.requires_grad_()
     out = toyApply(off, nbr, w, x, y)
-    off.add_(0)  # integer structure is saved too: its version check fires (W75)
+    off.add_(0)  # integer structure is saved too: its version check fires
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
 
@@ -288,7 +287,7 @@ def test_non_contiguous_grad_input(device, cacheMode):
 
 def test_profiling_gate_import():
     """WARPSPHCORE_PROFILING=1: the gate module imports first without a cycle and a bridged
-    call runs inside real profiler regions (W27)."""
+    call runs inside real profiler regions."""
     import os
     import subprocess
     import sys

@@ -4,7 +4,7 @@ errors).
 Every example either returns a finite result that matches an independent float64 NumPy
 reference (`tests/operations/sph_reference.py`), or raises ValueError / TypeError /
 NotImplementedError whose message names the function or the offending argument
-(README §2.3). A crash, a hang, an unexplained NaN or an anonymous message fails.
+(the README's input contract). A crash, a hang, an unexplained NaN or an anonymous message fails.
 
 Profiles (tests/reliability/conftest.py): ``ci`` (default, derandomized) and ``all``
 (``WARPSPHCORE_HYPOTHESIS_PROFILE=all``).
@@ -66,7 +66,7 @@ FLOATS = (torch.float32, torch.float64)
 VALUE_OPS = (WarpOperation.Interpolate, WarpOperation.Gradient, WarpOperation.Divergence,
              WarpOperation.Curl, WarpOperation.Laplacian)
 ALL_OPS = VALUE_OPS + (WarpOperation.Density, WarpOperation.Covariance)
-#: kernels with a finite k(0); ViscosityKernel is singular at r = 0 (kernels.md §3.13: the
+#: kernels with a finite k(0); ViscosityKernel is singular at r = 0 (the
 #: self pair gives W = +inf, grad W = NaN), checked separately.
 FINITE_KERNELS = [k for k in KernelFunctions if k != KernelFunctions.ViscosityKernel]
 
@@ -134,7 +134,7 @@ def expanded(t):
 
 def layoutState(p, layout):
     """The population with non-contiguous / expanded tensors. ParticleState rejects those
-    (naming the field); an attribute bag (README §2.3) carries them into the operators."""
+    (naming the field); an attribute bag carries them into the operators."""
     if layout == "contiguous":
         return p
     f = noncontig if layout == "noncontiguous" else expanded
@@ -366,7 +366,7 @@ def shapeIsValid(op, S, d, props):
        dot=st.booleans(), lap=st.sampled_from(list(STATELESS_LAPLACIAN)), pos=st.booleans(),
        leading=st.sampled_from(["ok", "query", "reference", "trailing"]))
 def test_field_shapes_valid_or_named_rejection(d, dtype, op, S, n, dot, lap, pos, leading):
-    """Any field shape: the documented shapes run (output shape per operators.md §3), the
+    """Any field shape: the documented shapes run (output shape per the operator's declaration), the
     others raise ValueError naming warpOperation and the operator."""
     _count("test_field_shapes_valid_or_named_rejection")
     props = OperationProperties(KernelFunctions.Wendland2, operation=op, divergenceDotMode=dot,
