@@ -142,9 +142,9 @@ class AdjacencyList:
       with Gather or Scatter on supports that were all equal: a pair is then in row i
       exactly when it is in row j. Its rows list the references j >= i first, then those
       j < i (`neighborhood.search.partitionRows`). The reverse kernels of the Density and
-      the Momentum (and the Momentum's forward on the CPU) then evaluate a pair of equal
-      supports once, for both rows, and where every pair of a call is taken so they stop a
-      row at its first j < i (docs/design.md). Only the library's own builders set it: a list
+      the Momentum (and their forward kernels on the CPU) then evaluate a pair of equal
+      supports once, for both rows, and where every lower pair of a call is taken so they
+      stop a row at its first j < i (docs/design.md). Only the library's own builders set it: a list
       constructed from user tensors (also one copied with ``dataclasses.replace``) is taken
       as unsymmetric, and a list changed in place after the search no longer keeps the
       promise.

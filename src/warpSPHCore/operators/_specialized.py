@@ -170,8 +170,8 @@ class Configuration:
     #: density, volume or Omega tangent); False: positions tangents alone, dc_ij = 0, the
     #: coefficient with the scheme fixed (and plain where the states allow it)
     coefficientTangent: bool = True
-    #: the Momentum's forward kernel on the CPU takes a symmetric self-list's pairs once,
-    #: adding the other row's term to its output (`_forwardOnce`)
+    #: the Momentum's or the Density's forward kernel on the CPU takes a symmetric
+    #: self-list's pairs once, adding the other row's term to its output (`_forwardOnce`)
     pairsOnce: bool = False
 
     @property
@@ -794,8 +794,9 @@ def densitySpecialized(config: dict):
 
 
 def _pairOnceOf(cfg: Configuration):
-    """``once(i, j, h_i, h_j, q, r, pairsOnce) -> bool``: whether a reverse kernel takes the
-    pair (i, j) once for both of its rows. That holds on a mirrored call with a symmetric list
+    """``once(i, j, h_i, h_j, q, r, pairsOnce) -> bool``: whether a kernel (a reverse one,
+    or a forward one on the CPU, `_forwardOnce`) takes the pair (i, j) once for both of its
+    rows. That holds on a mirrored call with a symmetric list
     and no support adjoint asked (``pairsOnce``, `AdjacencyList.symmetric`) for two particles
     (i != j: a self pair is its row's alone) of equal supports whose other row also holds the
     pair: j a query and i a reference the interaction mode admits. Row j then lists i (the
